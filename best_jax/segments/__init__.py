@@ -1,0 +1,1 @@
+"""Sentence splitting and fixed-shape padded segment tensors."""

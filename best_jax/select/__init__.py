@@ -1,0 +1,1 @@
+"""Scoring segments and selecting each document's best segment."""

@@ -1,0 +1,1 @@
+"""Pure jitted train steps, sharding, checkpoints and training loops."""

@@ -1,0 +1,1 @@
+"""Ranked-list truncation: AttnCut, BiCut, Choppy and simple cut-offs."""
