@@ -146,3 +146,6 @@ def test_atomic_write_leaves_nothing_on_failure(tmp_path):
       raise RuntimeError("boom")
   assert target.read_text() == "old\n"
   assert os.listdir(tmp_path) == ["out.run"]
+  with files.atomic_write(str(target)) as f:
+    f.write("new\n")
+  assert target.read_text() == "new\n" and os.stat(target).st_mode & 0o044

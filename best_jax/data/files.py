@@ -16,6 +16,9 @@ from collections.abc import Iterator
 
 from best_jax.errors import InputError
 
+_UMASK = os.umask(0)
+os.umask(_UMASK)
+
 
 def read_text(path: str | os.PathLike) -> str:
   """Returns the decoded text of `path` (gzip-aware), or raises InputError."""
@@ -62,6 +65,7 @@ def atomic_write(path: str | os.PathLike, mode: str = "w") -> Iterator:
       yield f
       f.flush()
       os.fsync(f.fileno())
+    os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp creates 0600; use the usual mode.
     os.replace(tmp, path)
   except BaseException:
     with contextlib.suppress(FileNotFoundError):
