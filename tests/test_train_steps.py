@@ -1,0 +1,248 @@
+"""Losses, optimizer and the train step: hand-computed values, masks, and
+gradient accumulation equal to one large batch."""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from flax import nnx
+
+from best_jax.models.bert import BertConfig
+from best_jax.models.ranker import CrossEncoderRanker
+from best_jax.train import losses
+from best_jax.train import optimizer as optimizer_lib
+from best_jax.train import sharding
+from best_jax.train import state as state_lib
+from best_jax.train import steps
+from best_jax.train import synthetic
+from best_jax.train import trainer as trainer_lib
+
+
+def tiny_config():
+  return synthetic.load_config(synthetic.default_config_path())
+
+
+# --- Losses -----------------------------------------------------------------
+
+
+def test_pairwise_hinge_hand_values():
+  scores = jnp.array([[0.3, 0.1, 9.0], [0.0, 2.0, 9.0], [2.0, 1.0, 0.5],
+                      [0.0, 0.0, 0.0]])
+  labels = jnp.array([[1, 0, 0], [1, 0, 0], [1, 0, 0], [2, 1, 0]])
+  where = jnp.array([[True, True, False], [True, True, False],
+                     [True, True, True], [True, True, True]])
+  group = losses.pairwise_hinge(scores, labels, where=where)
+  # max(0, 1 - .3 + .1) = .8; max(0, 1 - 0 + 2) = 3; pairs (0,1), (0,2) of
+  # group 3: max(0, 1 - 1) = 0, max(0, 1 - 1.5) = 0; group 4: three pairs of 1.
+  np.testing.assert_allclose(group.loss, [0.8, 3.0, 0.0, 1.0], rtol=1e-6)
+  np.testing.assert_array_equal(group.valid, [True] * 4)
+
+
+def test_sigmoid_cross_entropy_hand_values():
+  scores = jnp.array([[0.0, 2.0, 5.0]])
+  labels = jnp.array([[1.0, 0.0, 1.0]])
+  where = jnp.array([[True, True, False]])
+  group = losses.sigmoid_cross_entropy(scores, labels, where=where)
+  expected = (math.log(2.0) + math.log1p(math.exp(2.0))) / 2
+  np.testing.assert_allclose(group.loss, [expected], rtol=1e-6)
+
+
+def test_softmax_cross_entropy_hand_values():
+  scores = jnp.array([[1.0, 0.0, 0.0], [1.0, 0.0, 0.0], [1.0, 0.0, 0.0],
+                      [0.0, 3.0, 1.0]])
+  labels = jnp.array([[1, 0, 0], [1, 0, 0], [0, 0, 0], [1, 1, 0]])
+  where = jnp.array([[True] * 3, [True, True, False], [True] * 3, [True] * 3])
+  group = losses.softmax_cross_entropy(scores, labels, where=where)
+  e = math.e
+  two_positives = -0.5 * (math.log(1 / (1 + e**3 + e)) +
+                          math.log(e**3 / (1 + e**3 + e)))
+  np.testing.assert_allclose(
+      group.loss, [math.log((e + 2) / e), math.log((e + 1) / e), 0.0,
+                   two_positives], rtol=1e-6)
+  np.testing.assert_array_equal(group.valid, [True, True, False, True])
+
+
+@pytest.mark.parametrize("name", sorted(losses.LOSSES))
+def test_fully_masked_groups_give_zero_and_no_nan(name):
+  loss_fn = losses.get_loss(name)
+  scores = jnp.array([[1.0, -2.0, jnp.inf], [0.5, 0.2, 0.1]], jnp.bfloat16)
+  labels = jnp.array([[1.0, 0.0, 0.0], [1.0, 0.0, 0.0]])
+  where = jnp.array([[False, False, False], [True, True, True]])
+
+  def mean_loss(scores):
+    group = loss_fn(scores, labels, where=where)
+    return losses.masked_mean(group.loss, group.valid)
+
+  group = loss_fn(scores, labels, where=where)
+  assert group.loss.dtype == jnp.float32
+  assert float(group.loss[0]) == 0.0 and not bool(group.valid[0])
+  grads = jax.grad(mean_loss)(scores.astype(jnp.float32))
+  assert np.all(np.isfinite(grads))
+  np.testing.assert_array_equal(grads[0], [0.0, 0.0, 0.0])
+  nothing = loss_fn(scores, labels, where=jnp.zeros_like(where))
+  assert not np.any(nothing.valid)
+  assert float(losses.masked_mean(nothing.loss, nothing.valid)) == 0.0
+
+
+def test_losses_reject_non_boolean_masks():
+  with pytest.raises(TypeError, match="boolean"):
+    losses.pairwise_hinge(jnp.zeros((1, 2)), jnp.ones((1, 2)),
+                          where=jnp.ones((1, 2), jnp.int32))
+
+
+# --- Optimizer --------------------------------------------------------------
+
+
+def _tiny_params(**overrides):
+  config = BertConfig.tiny(num_layers=1, **overrides)
+  return state_lib.abstract_params(
+      lambda rngs: CrossEncoderRanker(config, rngs=rngs))[1]
+
+
+def test_no_weight_decay_on_layernorm_and_biases():
+  params = _tiny_params()
+  mask = optimizer_lib.weight_decay_mask(params)
+  decayed = {jax.tree_util.keystr(p): m for p, m in
+             jax.tree_util.tree_flatten_with_path(mask)[0]}
+  no_decay = sorted(path for path, m in decayed.items() if not m)
+  expected = sorted(path for path in decayed
+                    if "['bias']" in path or "['scale']" in path)
+  assert no_decay == expected
+  assert "['encoder']['embeddings']['norm']['scale'].value" in no_decay
+  assert "['encoder']['layers'][0]['attention']['query']['bias'].value" in (
+      no_decay)  # A 2-D bias [heads, head_dim].
+  assert decayed["['encoder']['embeddings']['word']['embedding'].value"]
+  assert decayed["['encoder']['layers'][0]['intermediate']['kernel'].value"]
+  assert decayed["['head']['kernel'].value"]
+
+
+def test_weight_decay_applies_only_where_masked():
+  config = tiny_config().optimizer
+  config.warmup_steps, config.weight_decay = 0, 0.5
+  tx, _ = optimizer_lib.make_optimizer(config)
+  params = jax.tree.map(lambda a: np.ones(a.shape, a.dtype), _tiny_params())
+
+  @jax.jit
+  def step_with_zero_gradients(params):
+    zero_grads = jax.tree.map(jnp.zeros_like, params)
+    updates, _ = tx.update(zero_grads, tx.init(params), params)
+    return optax.apply_updates(params, updates)
+
+  new = step_with_zero_gradients(params)
+  mask = optimizer_lib.weight_decay_mask(params)
+  for p, m, x in zip(jax.tree.leaves(params), jax.tree.leaves(mask),
+                     jax.tree.leaves(new)):
+    expected = 1.0 - config.learning_rate * 0.5 if m else 1.0
+    np.testing.assert_allclose(x, np.full(p.shape, expected), rtol=1e-7)
+
+
+def test_learning_rate_schedule_values():
+  schedule = optimizer_lib.learning_rate_schedule(1e-3, 2, 10)
+  values = [float(schedule(count)) for count in range(12)]
+  expected = [0.0, 5e-4, 1e-3, 8.75e-4, 7.5e-4, 6.25e-4, 5e-4, 3.75e-4,
+              2.5e-4, 1.25e-4, 0.0, 0.0]
+  np.testing.assert_allclose(values, expected, atol=1e-10)
+  no_warmup = optimizer_lib.learning_rate_schedule(1e-3, 0, 4)
+  np.testing.assert_allclose([float(no_warmup(c)) for c in range(5)],
+                             [1e-3, 7.5e-4, 5e-4, 2.5e-4, 0.0], atol=1e-10)
+  with pytest.raises(ValueError):
+    optimizer_lib.learning_rate_schedule(1e-3, 5, 4)
+
+
+# --- Train step ---------------------------------------------------------------
+
+
+def _masked_batch():
+  """8 examples of groups of 3; example 5 is padding, some items masked."""
+  batch = synthetic.synthetic_batch(3, batch_size=8, group_size=3, length=12,
+                                    vocab_size=128)
+  batch["example_mask"][5] = False
+  batch["mask"][1, 2] = False
+  batch["mask"][6, 1:] = False  # Group with no negative: no pairs.
+  return batch
+
+
+def _trainer(accumulation_steps):
+  config = tiny_config()
+  config.train.accumulation_steps = accumulation_steps
+  config.optimizer.warmup_steps = 0
+  # eps = 1 makes AdamW's first update ~ -lr * gradient (not ~ -lr * sign),
+  # so parameters after one step compare the gradients' values.
+  config.optimizer.eps = 1.0
+  model_config = BertConfig.tiny(num_layers=1, hidden_dropout=0.0,
+                                 attention_dropout=0.0)
+  mesh = sharding.make_mesh((1, 1), ("data", "model"), jax.devices()[:1])
+  return trainer_lib.build_trainer(
+      lambda rngs: CrossEncoderRanker(model_config, rngs=rngs), config, mesh)
+
+
+class BagOfWordsScorer(nnx.Module):
+  """A float64 toy ranker: masked mean of embeddings → tanh → linear."""
+
+  def __init__(self, *, rngs):
+    self.embed = nnx.Embed(128, 8, param_dtype=jnp.float64,
+                           dtype=jnp.float64, rngs=rngs)
+    self.out = nnx.Linear(8, 1, param_dtype=jnp.float64, dtype=jnp.float64,
+                          rngs=rngs)
+
+  def __call__(self, input_ids, attention_mask, token_type_ids, *,
+               rngs=None):
+    del token_type_ids, rngs
+    weights = attention_mask.astype(jnp.float64)[..., None]
+    mean = (jnp.sum(self.embed(input_ids) * weights, axis=-2)
+            / jnp.maximum(jnp.sum(weights, axis=-2), 1.0))
+    return self.out(jnp.tanh(mean))[..., 0]
+
+
+@pytest.mark.parametrize("loss_name", sorted(losses.LOSSES))
+def test_gradient_accumulation_sums_exactly_in_float64(loss_name):
+  """The accumulation arithmetic, free of float32 rounding: equal to 1e-12."""
+  batch = _masked_batch()
+  batch["labels"][:, 1] = 0.5  # Graded labels: every loss has signal.
+  with jax.enable_x64(True):
+    graphdef, params = state_lib.split_params(BagOfWordsScorer(
+        rngs=nnx.Rngs(0)))
+    loss_fn = losses.get_loss(loss_name)
+    results = [jax.jit(lambda params, batch, k=k: steps.loss_and_gradients(
+        graphdef, params, batch, loss_fn, None, k))(params, batch)
+               for k in (1, 4, 8)]
+    (total_1, count_1, grads_1) = results[0]
+    assert grads_1["out"]["kernel"].dtype == jnp.float64
+    for total, count, grads in results[1:]:
+      assert count == count_1
+      np.testing.assert_allclose(total, total_1, rtol=1e-12)
+      for a, b in zip(jax.tree.leaves(grads_1), jax.tree.leaves(grads)):
+        np.testing.assert_allclose(b, a, rtol=1e-12, atol=1e-15)
+
+
+def test_gradient_accumulation_equals_one_large_batch():
+  """The jitted float32 train step: k = 4 micro-batches vs one batch."""
+  batch = _masked_batch()
+  results = {}
+  for k in (1, 4):
+    trainer = _trainer(k)
+    state = trainer.init(0)
+    if k == 1:
+      scores = trainer.score(state.params, batch)
+    state, metrics = trainer.train_step(state, trainer.put(batch))
+    results[k] = jax.device_get((state.params, metrics))
+  (params_1, metrics_1), (params_4, metrics_4) = results[1], results[4]
+  assert metrics_1["groups"] == 6  # 8 - padding - the group without pairs.
+  for name in ("loss", "grad_norm", "groups"):
+    np.testing.assert_allclose(metrics_4[name], metrics_1[name], rtol=1e-5)
+  for a, b in zip(jax.tree.leaves(params_1), jax.tree.leaves(params_4)):
+    np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-9)
+  # The loss is the mean over valid groups of the per-group hinge.
+  group = losses.pairwise_hinge(scores, batch["labels"], where=batch["mask"])
+  expected = losses.masked_mean(group.loss,
+                                group.valid & batch["example_mask"])
+  np.testing.assert_allclose(metrics_1["loss"], expected, rtol=1e-6)
+
+
+def test_train_step_rejects_indivisible_accumulation():
+  with pytest.raises(ValueError, match="accumulation_steps"):
+    steps._micro_batches({k: jnp.zeros((6, 2)) for k in steps.TRAIN_KEYS},
+                         4, None)
