@@ -27,6 +27,8 @@ COMMANDS = {
               "train a ranker from a config (FirstP/MaxP/GoldP/BeST/...)"),
     "truncate": ("best_jax.truncate.command",
                  "truncate ranked lists (oracle/fixed/greedy/attncut/...)"),
+    "aot": ("best_jax.train.aot",
+            "compile the train step for a TPU topology on CPU: FLOPs, memory"),
     "explain": ("best_jax.select.explain",
                 "show each query's selected evidence segment (HTML + text)"),
 }
