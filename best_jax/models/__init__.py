@@ -1,1 +1,15 @@
 """The Flax NNX BERT encoder, rankers, and Hugging Face weight import."""
+
+from best_jax.models.bert import BertConfig, BertEncoder
+from best_jax.models.ranker import CrossEncoderRanker, score_head
+from best_jax.models.weights import load_encoder, load_ranker, read_tensors
+
+__all__ = [
+    "BertConfig",
+    "BertEncoder",
+    "CrossEncoderRanker",
+    "load_encoder",
+    "load_ranker",
+    "read_tensors",
+    "score_head",
+]

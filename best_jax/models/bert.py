@@ -1,0 +1,355 @@
+"""A BERT encoder in Flax NNX, numerically equal to Hugging Face `BertModel`.
+
+Post-LayerNorm BERT (embeddings → LayerNorm → N × [self-attention, add &
+LayerNorm, GELU feed-forward, add & LayerNorm]); the pooler is left out (the
+rankers read the `[CLS]` hidden state directly).
+
+Dropout is active if and only if `rngs` is passed to `__call__`, so scoring and
+segment selection are deterministic by construction; a train step passes
+`nnx.Rngs(dropout=jax.random.fold_in(key, step))`.
+
+Every parameter carries logical axis names (metadata `out_sharding`, read with
+`nnx.get_partition_spec`), which a training configuration maps to mesh axes:
+
+  vocab  the vocabulary axis of the word embedding table
+  embed  the hidden (model) dimension
+  mlp    the feed-forward inner dimension
+  heads  the attention-head axis of the query/key/value/output kernels
+  kv     the per-head dimension (`hidden_size // num_heads`)
+
+Position and token-type tables use `None` for their row axis. Parameters are
+created without eager sharding, so a model can be built anywhere (also inside
+`jax.eval_shape`) and placed by the caller.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from best_jax.errors import InputError
+
+Axes = tuple[str | None, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class BertConfig:
+  """Shape and numerics of a BERT encoder.
+
+  `dtype` is the activation/compute dtype (float32 or bfloat16); parameters are
+  stored in `param_dtype`. Softmax and LayerNorm statistics are always float32.
+
+  `attention_block` > 0 computes attention in a sequential loop over blocks of
+  that many (sequence, head) pairs, so each block's [length, length] scores
+  stay in cache: faster on XLA CPU for an unsharded batch. Leave it 0 (one
+  batched `jax.nn.dot_product_attention`) on accelerators and whenever the
+  batch is sharded over devices.
+  """
+  vocab_size: int = 30522
+  hidden_size: int = 768
+  num_layers: int = 12
+  num_heads: int = 12
+  intermediate_size: int = 3072
+  max_position_embeddings: int = 512
+  type_vocab_size: int = 2
+  layer_norm_eps: float = 1e-12
+  hidden_dropout: float = 0.1
+  attention_dropout: float = 0.1
+  dtype: Any = jnp.float32
+  param_dtype: Any = jnp.float32
+  attention_block: int = 0
+
+  def __post_init__(self):
+    if self.hidden_size % self.num_heads:
+      raise InputError(f"hidden_size {self.hidden_size} is not a multiple of "
+                       f"num_heads {self.num_heads}")
+
+  @property
+  def head_dim(self) -> int:
+    return self.hidden_size // self.num_heads
+
+  @classmethod
+  def tiny(cls, **overrides: Any) -> BertConfig:
+    """A tiny random configuration for tests (vocab 128, hidden 32)."""
+    values = dict(vocab_size=128, hidden_size=32, num_layers=2, num_heads=2,
+                  intermediate_size=64, max_position_embeddings=128)
+    values.update(overrides)
+    return cls(**values)
+
+  @classmethod
+  def from_checkpoint(cls, checkpoint_dir: str | os.PathLike,
+                      **overrides: Any) -> BertConfig:
+    """Reads a Hugging Face BERT `config.json` (BERT, MiniLM and the like)."""
+    path = os.path.join(os.fspath(checkpoint_dir), "config.json")
+    try:
+      with open(path, encoding="utf-8") as f:
+        hf = json.load(f)
+    except FileNotFoundError:
+      raise InputError("no config.json in checkpoint directory", path) from None
+    except (OSError, ValueError) as e:
+      raise InputError(f"cannot read config: {e}", path) from None
+    model_type = hf.get("model_type", "bert")
+    if model_type != "bert":
+      raise InputError(f"model_type {model_type!r} is not supported (only "
+                       "'bert')", path)
+    activation = hf.get("hidden_act", "gelu")
+    if activation != "gelu":
+      raise InputError(f"hidden_act {activation!r} is not supported (only "
+                       "'gelu')", path)
+    position_type = hf.get("position_embedding_type", "absolute")
+    if position_type != "absolute":
+      raise InputError(f"position_embedding_type {position_type!r} is not "
+                       "supported (only 'absolute')", path)
+    names = {
+        "vocab_size": "vocab_size",
+        "hidden_size": "hidden_size",
+        "num_layers": "num_hidden_layers",
+        "num_heads": "num_attention_heads",
+        "intermediate_size": "intermediate_size",
+        "max_position_embeddings": "max_position_embeddings",
+        "type_vocab_size": "type_vocab_size",
+        "layer_norm_eps": "layer_norm_eps",
+        "hidden_dropout": "hidden_dropout_prob",
+        "attention_dropout": "attention_probs_dropout_prob",
+    }
+    values = {}
+    for field, key in names.items():
+      if key in hf:
+        values[field] = hf[key]
+      elif field in ("vocab_size", "hidden_size", "num_layers", "num_heads",
+                     "intermediate_size"):
+        raise InputError(f"config.json lacks {key!r}", path)
+    values.update(overrides)
+    return cls(**values)
+
+
+def _meta(axes: Axes) -> dict[str, Any]:
+  """Parameter metadata: logical axis names, no eager sharding."""
+  return {"out_sharding": axes, "eager_sharding": False}
+
+
+def _linear(in_features, out_features, kernel_axes: Axes, bias_axes: Axes,
+            config: BertConfig, rngs: nnx.Rngs, axis=-1) -> nnx.LinearGeneral:
+  return nnx.LinearGeneral(
+      in_features, out_features, axis=axis, dtype=config.dtype,
+      param_dtype=config.param_dtype,
+      kernel_init=nnx.initializers.truncated_normal(0.02),
+      kernel_metadata=_meta(kernel_axes), bias_metadata=_meta(bias_axes),
+      rngs=rngs)
+
+
+def _layer_norm(config: BertConfig, rngs: nnx.Rngs) -> nnx.LayerNorm:
+  return nnx.LayerNorm(
+      config.hidden_size, epsilon=config.layer_norm_eps, dtype=config.dtype,
+      param_dtype=config.param_dtype, use_fast_variance=False,
+      scale_metadata=_meta(("embed",)), bias_metadata=_meta(("embed",)),
+      rngs=rngs)
+
+
+def _dropout(x: jax.Array, rate: float, rngs: nnx.Rngs | None) -> jax.Array:
+  """Inverted dropout, active only when `rngs` is given."""
+  if rngs is None or rate == 0.0:
+    return x
+  keep = jax.random.bernoulli(rngs.dropout(), 1.0 - rate, x.shape)
+  return jnp.where(keep, x / (1.0 - rate), 0).astype(x.dtype)
+
+
+def _batch_sharded(x: jax.Array, features: int) -> jax.NamedSharding | None:
+  """Under an explicit mesh: `x`'s sharding on its two leading (batch,
+  length) axes and `features` unsharded trailing axes. None otherwise.
+
+  Contractions over a sharded axis (e.g. heads or mlp) need their output
+  sharding spelled out under an explicit mesh; this keeps the activations
+  batch-sharded without naming any mesh axis in model code.
+  """
+  sharding = jax.typeof(x).sharding
+  if jax.sharding.AxisType.Explicit not in sharding.mesh.axis_types:
+    return None
+  spec = tuple(sharding.spec) + (None,) * (x.ndim - len(sharding.spec))
+  return jax.NamedSharding(sharding.mesh, jax.P(*spec[:2], *[None] * features))
+
+
+def _lookup(table: nnx.Param, ids_bl: jax.Array) -> jax.Array:
+  """Rows of `table` for `ids_bl`, sharded like the ids (explicit mesh)."""
+  out_sharding = _batch_sharded(ids_bl, 1)
+  if out_sharding is not None:
+    return table.get_value().at[ids_bl].get(out_sharding=out_sharding)
+  return jnp.take(table.get_value(), ids_bl, axis=0)
+
+
+class Embeddings(nnx.Module):
+  """Word + position + token-type embeddings, LayerNorm, dropout."""
+
+  def __init__(self, config: BertConfig, *, rngs: nnx.Rngs):
+    self.config = config
+    init = nnx.initializers.truncated_normal(0.02)
+
+    def table(rows: int, axes: Axes) -> nnx.Embed:
+      return nnx.Embed(rows, config.hidden_size, dtype=config.dtype,
+                       param_dtype=config.param_dtype, embedding_init=init,
+                       embedding_metadata=_meta(axes), rngs=rngs)
+
+    self.word = table(config.vocab_size, ("vocab", "embed"))
+    self.position = table(config.max_position_embeddings, (None, "embed"))
+    self.token_type = table(config.type_vocab_size, (None, "embed"))
+    self.norm = _layer_norm(config, rngs)
+
+  def __call__(self, input_ids_bl, token_type_ids_bl, rngs=None) -> jax.Array:
+    length = input_ids_bl.shape[-1]
+    if length > self.config.max_position_embeddings:
+      raise InputError(f"sequence length {length} exceeds the model's "
+                       f"{self.config.max_position_embeddings} positions")
+    dtype = self.config.dtype
+    words_bld = _lookup(self.word.embedding, input_ids_bl)
+    types_bld = _lookup(self.token_type.embedding, token_type_ids_bl)
+    x_bld = (words_bld.astype(dtype) + types_bld.astype(dtype)
+             + self.position.embedding[:length].astype(dtype))
+    return _dropout(self.norm(x_bld), self.config.hidden_dropout, rngs)
+
+
+class SelfAttention(nnx.Module):
+  """Multi-head self-attention in [batch, heads, length, head_dim] layout."""
+
+  def __init__(self, config: BertConfig, *, rngs: nnx.Rngs):
+    self.config = config
+    heads = (config.num_heads, config.head_dim)
+
+    def projection() -> nnx.LinearGeneral:
+      return _linear(config.hidden_size, heads, ("embed", "heads", "kv"),
+                     ("heads", "kv"), config, rngs)
+
+    self.query = projection()
+    self.key = projection()
+    self.value = projection()
+    self.output = _linear(heads, config.hidden_size, ("heads", "kv", "embed"),
+                          ("embed",), config, rngs, axis=(-2, -1))
+
+  def __call__(self, x_bld, mask_bl, rngs=None) -> jax.Array:
+    q_blhd = self.query(x_bld)
+    k_blhd = self.key(x_bld)
+    v_blhd = self.value(x_bld)
+    dropout = self.config.attention_dropout if rngs is not None else 0.0
+    if self.config.attention_block:
+      context_blhd = _blocked_attention(q_blhd, k_blhd, v_blhd, mask_bl,
+                                        self.config.attention_block, dropout,
+                                        rngs)
+    elif dropout == 0.0:
+      context_blhd = jax.nn.dot_product_attention(
+          q_blhd, k_blhd, v_blhd, mask=mask_bl[:, None, None, :])
+    else:
+      context_blhd = _attention_with_dropout(q_blhd, k_blhd, v_blhd, mask_bl,
+                                             dropout, rngs)
+    return self.output(context_blhd,
+                       out_sharding=_batch_sharded(context_blhd, 1))
+
+
+def _blocked_attention(q_blhd, k_blhd, v_blhd, mask_bl, block: int,
+                       dropout: float = 0.0,
+                       rngs: nnx.Rngs | None = None) -> jax.Array:
+  """Softmax attention looped over blocks of (sequence, head) pairs."""
+  batch, length, heads, head_dim = q_blhd.shape
+  pairs = batch * heads
+  block = math.gcd(pairs, block)
+  blocks = pairs // block
+
+  def to_blocks(x_blhd):  # → [blocks, block, length, head_dim]
+    return x_blhd.transpose(0, 2, 1, 3).reshape(blocks, block, length,
+                                                 head_dim)
+
+  mask_nc1k = jnp.broadcast_to(mask_bl[:, None, :], (batch, heads, length)
+                               ).reshape(blocks, block, 1, length)
+  if dropout:
+    keys_n = jax.random.split(rngs.dropout(), blocks)
+  else:
+    keys_n = jnp.zeros(blocks, jnp.uint32)  # Unused.
+
+  def attend(args):
+    q_cqd, k_ckd, v_ckd, mask_c1k, key = args
+    logits_cqk = jnp.einsum("cqd,ckd->cqk", q_cqd * head_dim ** -0.5, k_ckd,
+                            preferred_element_type=jnp.float32)
+    logits_cqk = jnp.where(mask_c1k, logits_cqk, jnp.finfo(jnp.float32).min)
+    probs_cqk = jax.nn.softmax(logits_cqk, axis=-1)
+    if dropout:
+      keep_cqk = jax.random.bernoulli(key, 1.0 - dropout, probs_cqk.shape)
+      probs_cqk = jnp.where(keep_cqk, probs_cqk / (1.0 - dropout), 0.0)
+    return jnp.einsum("cqk,ckd->cqd", probs_cqk.astype(v_ckd.dtype), v_ckd)
+
+  context_ncqd = jax.lax.map(
+      attend, (to_blocks(q_blhd), to_blocks(k_blhd), to_blocks(v_blhd),
+               mask_nc1k, keys_n))
+  return context_ncqd.reshape(batch, heads, length, head_dim).transpose(
+      0, 2, 1, 3)
+
+
+def _attention_with_dropout(q_blhd, k_blhd, v_blhd, mask_bl, rate: float,
+                            rngs: nnx.Rngs) -> jax.Array:
+  """Softmax attention (float32 softmax) with dropout on the probabilities."""
+  scale = q_blhd.shape[-1] ** -0.5
+  logits_bhqk = jnp.einsum("bqhd,bkhd->bhqk", q_blhd * scale, k_blhd,
+                           preferred_element_type=jnp.float32)
+  logits_bhqk = jnp.where(mask_bl[:, None, None, :], logits_bhqk,
+                          jnp.finfo(jnp.float32).min)
+  probs_bhqk = jax.nn.softmax(logits_bhqk, axis=-1)
+  probs_bhqk = _dropout(probs_bhqk, rate, rngs).astype(v_blhd.dtype)
+  return jnp.einsum("bhqk,bkhd->bqhd", probs_bhqk, v_blhd)
+
+
+class Layer(nnx.Module):
+  """One post-LayerNorm transformer layer."""
+
+  def __init__(self, config: BertConfig, *, rngs: nnx.Rngs):
+    self.config = config
+    self.attention = SelfAttention(config, rngs=rngs)
+    self.attention_norm = _layer_norm(config, rngs)
+    self.intermediate = _linear(config.hidden_size, config.intermediate_size,
+                                ("embed", "mlp"), ("mlp",), config, rngs)
+    self.output = _linear(config.intermediate_size, config.hidden_size,
+                          ("mlp", "embed"), ("embed",), config, rngs)
+    self.output_norm = _layer_norm(config, rngs)
+
+  def __call__(self, x_bld, mask_bl, rngs=None) -> jax.Array:
+    rate = self.config.hidden_dropout
+    attended_bld = _dropout(self.attention(x_bld, mask_bl, rngs), rate, rngs)
+    x_bld = self.attention_norm(x_bld + attended_bld)
+    inner_blm = jax.nn.gelu(self.intermediate(x_bld), approximate=False)
+    out_bld = self.output(inner_blm, out_sharding=_batch_sharded(inner_blm, 1))
+    out_bld = _dropout(out_bld, rate, rngs)
+    return self.output_norm(x_bld + out_bld)
+
+
+class BertEncoder(nnx.Module):
+  """BERT without pooler: token ids → hidden states [batch, length, d]."""
+
+  def __init__(self, config: BertConfig, *, rngs: nnx.Rngs):
+    self.config = config
+    self.embeddings = Embeddings(config, rngs=rngs)
+    self.layers = nnx.List(
+        [Layer(config, rngs=rngs) for _ in range(config.num_layers)])
+
+  def __call__(self, input_ids: jax.Array, attention_mask: jax.Array,
+               token_type_ids: jax.Array, *,
+               rngs: nnx.Rngs | None = None) -> jax.Array:
+    """Encodes `[batch, length]` ids; dropout only if `rngs` is given.
+
+    Args:
+      input_ids: int [batch, length] token ids.
+      attention_mask: [batch, length], true (or 1) on real tokens.
+      token_type_ids: int [batch, length] segment ids (0 query, 1 document).
+      rngs: an `nnx.Rngs` with a `dropout` stream, for training only.
+
+    Returns:
+      Hidden states [batch, length, hidden_size] in `config.dtype`. Rows whose
+      mask is all false give finite (meaningless) values, never NaN.
+    """
+    mask_bl = attention_mask.astype(bool)
+    x_bld = self.embeddings(input_ids, token_type_ids, rngs)
+    for layer in self.layers:
+      x_bld = layer(x_bld, mask_bl, rngs)
+    return x_bld

@@ -1,0 +1,50 @@
+"""The cross-encoder ranker: BERT, then [CLS] through one linear layer.
+
+The scorer of SPEC §1 (Dai & Callan 2019), shared by every method:
+`score = w · h_[CLS] + b`, one float32 scalar per `[CLS] q [SEP] d [SEP]`.
+The head's kernel has logical axes ('embed', None).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from best_jax.models.bert import BertConfig, BertEncoder
+
+
+def score_head(config: BertConfig, *, rngs: nnx.Rngs) -> nnx.Linear:
+  """The float32 linear layer [CLS] vector → score, randomly initialised."""
+  return nnx.Linear(
+      config.hidden_size, 1, dtype=jnp.float32, param_dtype=config.param_dtype,
+      kernel_init=nnx.initializers.truncated_normal(0.02),
+      kernel_metadata={"out_sharding": ("embed", None),
+                       "eager_sharding": False},
+      bias_metadata={"out_sharding": (None,), "eager_sharding": False},
+      rngs=rngs)
+
+
+class CrossEncoderRanker(nnx.Module):
+  """Scores token sequences of any leading shape `[..., length]`."""
+
+  def __init__(self, config: BertConfig, *, rngs: nnx.Rngs):
+    self.config = config
+    self.encoder = BertEncoder(config, rngs=rngs)
+    self.head = score_head(config, rngs=rngs)
+
+  def __call__(self, input_ids: jax.Array, attention_mask: jax.Array,
+               token_type_ids: jax.Array, *,
+               rngs: nnx.Rngs | None = None) -> jax.Array:
+    """Returns float32 scores of shape `input_ids.shape[:-1]`.
+
+    E.g. `[batch, length]` → `[batch]`, `[batch, group, length]` →
+    `[batch, group]`. Dropout is active only if `rngs` is given.
+    """
+    leading = input_ids.shape[:-1]
+    length = input_ids.shape[-1]
+    hidden_nld = self.encoder(input_ids.reshape(-1, length),
+                              attention_mask.reshape(-1, length),
+                              token_type_ids.reshape(-1, length), rngs=rngs)
+    cls_nd = hidden_nld[:, 0].astype(jnp.float32)
+    return self.head(cls_nd)[:, 0].reshape(leading)

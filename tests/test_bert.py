@@ -1,0 +1,227 @@
+"""Tests of the NNX BERT encoder and the cross-encoder ranker (tiny models)."""
+
+import json
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from best_jax.errors import InputError
+from best_jax.models import (BertConfig, BertEncoder, CrossEncoderRanker,
+                             load_encoder, load_ranker)
+from reference_bert import (TINY_HF_CONFIG, bert_forward, random_hf_tensors,
+                            write_checkpoint)
+
+LOGICAL_AXES = {"vocab", "embed", "mlp", "heads", "kv", None}
+
+
+def _batch(batch=3, length=12, vocab=128, seed=0):
+  rng = np.random.default_rng(seed)
+  ids = rng.integers(1, vocab, (batch, length))
+  lengths = np.array([length, length - 5, 3, 1][:batch])
+  mask = np.arange(length)[None] < lengths[:, None]
+  types = (np.arange(length)[None] >= 4).astype(np.int32) * mask
+  return jnp.asarray(ids * mask), jnp.asarray(mask), jnp.asarray(types)
+
+
+@pytest.fixture(scope="module")
+def tiny_checkpoint(tmp_path_factory):
+  tensors = random_hf_tensors(TINY_HF_CONFIG, seed=1)
+  directory = str(tmp_path_factory.mktemp("tiny_bert"))
+  return write_checkpoint(directory, TINY_HF_CONFIG, tensors), tensors
+
+
+@pytest.mark.parametrize("attention_block", [0, 5])
+def test_encoder_matches_numpy_reference(tiny_checkpoint, attention_block):
+  directory, tensors = tiny_checkpoint
+  encoder = load_encoder(directory, attention_block=attention_block)
+  ids, mask, types = _batch()
+  hidden = np.asarray(encoder(ids, mask, types))
+  expected = bert_forward(tensors, TINY_HF_CONFIG, np.asarray(ids),
+                          np.asarray(mask), np.asarray(types))
+  valid = np.asarray(mask)
+  assert hidden.shape == (3, 12, 32)
+  np.testing.assert_allclose(hidden[valid], expected[valid], atol=2e-5)
+
+
+def test_padding_does_not_change_valid_tokens(tiny_checkpoint):
+  encoder = load_encoder(tiny_checkpoint[0])
+  ids, mask, types = _batch()
+  other_ids = jnp.where(mask, ids, 7)  # Different content under the padding.
+  longer = [jnp.pad(a, ((0, 0), (0, 4))) for a in (ids, mask, types)]
+  a = np.asarray(encoder(ids, mask, types))
+  b = np.asarray(encoder(other_ids, mask, types))
+  c = np.asarray(encoder(*longer))[:, :12]
+  valid = np.asarray(mask)
+  np.testing.assert_allclose(a[valid], b[valid], atol=1e-5)
+  np.testing.assert_allclose(a[valid], c[valid], atol=1e-5)
+
+
+@pytest.mark.parametrize("attention_block", [0, 2])
+def test_fully_masked_row_is_finite(attention_block):
+  encoder = BertEncoder(BertConfig.tiny(attention_block=attention_block),
+                        rngs=nnx.Rngs(0))
+  ids, mask, types = _batch()
+  mask = mask.at[1].set(False)
+  assert np.isfinite(np.asarray(encoder(ids, mask, types))).all()
+  hidden = encoder(ids, mask, types, rngs=nnx.Rngs(dropout=0))
+  assert np.isfinite(np.asarray(hidden)).all()
+
+
+@pytest.mark.parametrize("attention_block", [0, 4])
+def test_dropout_only_with_rngs(attention_block):
+  encoder = BertEncoder(BertConfig.tiny(attention_block=attention_block),
+                        rngs=nnx.Rngs(0))
+  ids, mask, types = _batch()
+  eval_1 = np.asarray(encoder(ids, mask, types))
+  eval_2 = np.asarray(encoder(ids, mask, types))
+  np.testing.assert_array_equal(eval_1, eval_2)
+  train_a = np.asarray(encoder(ids, mask, types, rngs=nnx.Rngs(dropout=1)))
+  train_a2 = np.asarray(encoder(ids, mask, types, rngs=nnx.Rngs(dropout=1)))
+  train_b = np.asarray(encoder(ids, mask, types, rngs=nnx.Rngs(dropout=2)))
+  np.testing.assert_array_equal(train_a, train_a2)
+  assert np.abs(train_a - eval_1).max() > 1e-2
+  assert np.abs(train_a - train_b).max() > 1e-2
+  no_dropout = BertEncoder(
+      BertConfig.tiny(hidden_dropout=0.0, attention_dropout=0.0),
+      rngs=nnx.Rngs(0))
+  np.testing.assert_allclose(
+      np.asarray(no_dropout(ids, mask, types, rngs=nnx.Rngs(dropout=1))),
+      np.asarray(no_dropout(ids, mask, types)), atol=1e-5)
+
+
+def test_train_step_pattern_under_jit():
+  """split once, merge inside jit, dropout keys from fold_in: grads finite."""
+  model = CrossEncoderRanker(BertConfig.tiny(), rngs=nnx.Rngs(0))
+  graphdef, params = nnx.split(model, nnx.Param)
+  ids, mask, types = _batch()
+
+  @jax.jit
+  def loss_and_grads(params, key, step):
+    def loss_fn(params):
+      ranker = nnx.merge(graphdef, params)
+      rngs = nnx.Rngs(dropout=jax.random.fold_in(key, step))
+      return jnp.mean(ranker(ids, mask, types, rngs=rngs) ** 2)
+    return jax.value_and_grad(loss_fn)(params)
+
+  loss_0, grads = loss_and_grads(params, jax.random.key(0), 0)
+  loss_1, _ = loss_and_grads(params, jax.random.key(0), 1)
+  assert np.isfinite(float(loss_0)) and float(loss_0) != float(loss_1)
+  norms = [float(jnp.abs(g).max()) for g in jax.tree.leaves(grads)]
+  assert all(np.isfinite(norms)) and max(norms) > 0
+
+
+def test_ranker_scores_cls_through_head_for_any_leading_shape():
+  ranker = CrossEncoderRanker(BertConfig.tiny(), rngs=nnx.Rngs(0))
+  ids, mask, types = _batch(batch=2)
+  grouped = [jnp.stack([a, a[::-1], a]) for a in (ids, mask, types)]
+  scores = np.asarray(ranker(*grouped))
+  assert scores.shape == (3, 2) and scores.dtype == np.float32
+  hidden = np.asarray(ranker.encoder(ids, mask, types))
+  kernel = np.asarray(ranker.head.kernel.get_value())
+  bias = np.asarray(ranker.head.bias.get_value())
+  expected = hidden[:, 0] @ kernel[:, 0] + bias[0]
+  np.testing.assert_allclose(scores[0], expected, rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(scores[1], expected[::-1], rtol=1e-5, atol=1e-6)
+
+
+def test_bfloat16_activations_close_to_float32(tiny_checkpoint):
+  ids, mask, types = _batch()
+  f32 = np.asarray(load_encoder(tiny_checkpoint[0])(ids, mask, types))
+  encoder = load_encoder(tiny_checkpoint[0], dtype=jnp.bfloat16)
+  bf16 = encoder(ids, mask, types)
+  assert bf16.dtype == jnp.bfloat16
+  assert encoder.layers[0].intermediate.kernel.get_value().dtype == jnp.float32
+  valid = np.asarray(mask)
+  error = np.abs(np.asarray(bf16, np.float32) - f32)[valid]
+  assert error.mean() < 0.05 and np.isfinite(error).all()
+
+
+def test_parameters_carry_logical_axis_names():
+  model = CrossEncoderRanker(BertConfig.tiny(), rngs=nnx.Rngs(0))
+  specs = nnx.get_partition_spec(nnx.state(model, nnx.Param))
+  params = nnx.state(model, nnx.Param)
+  for spec, param in zip(jax.tree.leaves(specs, is_leaf=lambda x: isinstance(
+      x, jax.sharding.PartitionSpec)), jax.tree.leaves(params)):
+    assert len(spec) == param.ndim and set(spec) <= LOGICAL_AXES
+  layer = model.encoder.layers[0]
+  assert layer.attention.query.kernel.out_sharding == ("embed", "heads", "kv")
+  assert layer.attention.output.kernel.out_sharding == ("heads", "kv", "embed")
+  assert layer.intermediate.kernel.out_sharding == ("embed", "mlp")
+  assert model.encoder.embeddings.word.embedding.out_sharding == ("vocab",
+                                                                  "embed")
+
+
+def test_load_ranker_has_imported_encoder_and_random_head(tiny_checkpoint):
+  directory, _ = tiny_checkpoint
+  ids, mask, types = _batch()
+  ranker = load_ranker(directory, rngs=nnx.Rngs(3))
+  np.testing.assert_allclose(np.asarray(ranker.encoder(ids, mask, types)),
+                             np.asarray(load_encoder(directory)(ids, mask,
+                                                                types)),
+                             atol=1e-6)
+  other = load_ranker(directory, rngs=nnx.Rngs(4))
+  assert not np.allclose(np.asarray(ranker.head.kernel.get_value()),
+                         np.asarray(other.head.kernel.get_value()))
+
+
+def test_config_from_checkpoint(tmp_path):
+  config = BertConfig.from_checkpoint(
+      write_checkpoint(str(tmp_path / "a"), TINY_HF_CONFIG, {}))
+  assert (config.hidden_size, config.num_layers, config.num_heads,
+          config.head_dim, config.layer_norm_eps) == (32, 2, 4, 8, 1e-12)
+  bad = dict(TINY_HF_CONFIG, hidden_act="relu")
+  os.makedirs(tmp_path / "b")
+  (tmp_path / "b" / "config.json").write_text(json.dumps(bad))
+  with pytest.raises(InputError, match="hidden_act"):
+    BertConfig.from_checkpoint(tmp_path / "b")
+  with pytest.raises(InputError, match="config.json"):
+    BertConfig.from_checkpoint(tmp_path / "missing")
+  with pytest.raises(InputError, match="multiple"):
+    BertConfig.tiny(hidden_size=30, num_heads=4)
+
+
+def test_too_long_input_is_an_input_error():
+  encoder = BertEncoder(BertConfig.tiny(max_position_embeddings=8),
+                        rngs=nnx.Rngs(0))
+  ids, mask, types = _batch()
+  with pytest.raises(InputError, match="exceeds"):
+    encoder(ids, mask, types)
+
+
+def test_sharded_by_logical_rules_matches_unsharded():
+  """Explicit mesh; batch over 'data', vocab/heads/mlp over 'model': same
+  loss and gradients as unsharded (an Auto mesh: test_scoring.py)."""
+  mesh = jax.make_mesh((4, 2), ("data", "model"),
+                       axis_types=(jax.sharding.AxisType.Explicit,) * 2)
+  rules = {"vocab": "model", "heads": "model", "mlp": "model"}
+  model = CrossEncoderRanker(BertConfig.tiny(), rngs=nnx.Rngs(0))
+  graphdef, params = nnx.split(model, nnx.Param)
+  specs = nnx.get_partition_spec(params)
+  shardings = jax.tree.map(
+      lambda spec: jax.NamedSharding(mesh,
+                                     jax.P(*[rules.get(a) for a in spec])),
+      specs, is_leaf=lambda x: isinstance(x, jax.P))
+  ids, mask, types = _batch(batch=4)
+  rows = jax.NamedSharding(mesh, jax.P("data", None))
+
+  @jax.jit
+  def loss_and_grads(params, ids, mask, types):
+    def loss_fn(params):
+      ranker = nnx.merge(graphdef, params)
+      rngs = nnx.Rngs(dropout=jax.random.key(5))
+      return jnp.mean(ranker(ids, mask, types, rngs=rngs) ** 2)
+    return jax.value_and_grad(loss_fn)(params)
+
+  expected_loss, expected_grads = loss_and_grads(params, ids, mask, types)
+  with jax.set_mesh(mesh):
+    loss, grads = loss_and_grads(jax.device_put(params, shardings),
+                                 *jax.device_put((ids, mask, types), rows))
+  kernel = grads["encoder"]["layers"][0]["intermediate"]["kernel"]
+  assert kernel.get_value().sharding.spec == jax.P(None, "model")
+  np.testing.assert_allclose(float(loss), float(expected_loss), rtol=1e-5)
+  for got, want in zip(jax.tree.leaves(grads), jax.tree.leaves(expected_grads)):
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-5)

@@ -1,0 +1,262 @@
+"""QDS-Transformer: inputs, encoder, ranker, checkpoint loading (SPEC §4)."""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from flax import nnx
+
+from best_jax.errors import InputError
+from best_jax.models.bert import BertConfig, BertEncoder
+from best_jax.models.qds import (QdsConfig, QdsEncoder, QdsRanker,
+                                 extend_positions, load_qds_ranker,
+                                 role_masks)
+from best_jax.segments.packing import SpecialTokens
+from best_jax.segments.qds_inputs import (QdsInputConfig, build_qds_inputs,
+                                          document_sentences)
+from best_jax.segments.segmenter import TokenizedDocument
+from best_jax.train.losses import masked_mean, sigmoid_cross_entropy
+
+SPECIAL = SpecialTokens(cls_id=101, sep_id=102, pad_id=0)
+
+
+def _document(title, tokens, starts):
+  return TokenizedDocument(
+      title_ids=np.asarray(title, np.int32),
+      token_ids=np.asarray(tokens, np.int32),
+      offsets_n2=np.zeros((len(tokens), 2), np.int32),
+      sentence_starts=np.asarray(starts, np.int32))
+
+
+def _queries(*queries, width=4):
+  ids = np.zeros((len(queries), width), np.int32)
+  mask = np.zeros((len(queries), width), bool)
+  for i, q in enumerate(queries):
+    ids[i, :len(q)], mask[i, :len(q)] = q, True
+  return ids, mask
+
+
+def test_inputs_by_hand():
+  doc = _document([7, 8], range(10, 20), [0, 3, 7])
+  empty = _document([], [], [])
+  ids, mask = _queries([5, 6], [9])
+  got = build_qds_inputs(ids, mask, [doc, empty],
+                         config=QdsInputConfig(max_len=20, max_query_len=4),
+                         special=SPECIAL)
+  # The last sentence (17, 18, 19) is cut to fit before the closing [SEP].
+  assert got["input_ids"][0].tolist() == [
+      101, 5, 6, 102, 101, 7, 8, 101, 10, 11, 12, 101, 13, 14, 15, 16,
+      101, 17, 18, 102]
+  assert got["input_ids"][1].tolist() == [101, 9, 102, 102] + [0] * 16
+  assert np.flatnonzero(got["sentence_mask"][0]).tolist() == [4, 7, 11, 16]
+  assert np.flatnonzero(got["query_mask"][0]).tolist() == [0, 1, 2, 3]
+  assert got["token_type_ids"][0].tolist() == [0] * 4 + [1] * 16
+  assert got["token_type_ids"][1].tolist() == [0] * 3 + [1] + [0] * 16
+  assert got["attention_mask"].sum(1).tolist() == [20, 4]
+  assert got["num_sentences"].tolist() == [4, 0]
+  assert not got["sentence_mask"][1].any()
+  # The ranker recovers both masks from the three BERT inputs.
+  query_mask, sentence_mask = role_masks(
+      got["input_ids"], got["attention_mask"], got["token_type_ids"],
+      sentence_start_id=SPECIAL.cls_id)
+  np.testing.assert_array_equal(query_mask, got["query_mask"])
+  np.testing.assert_array_equal(sentence_mask, got["sentence_mask"])
+
+
+def test_inputs_sentence_cap_and_start_token():
+  doc = _document([], range(10, 16), [0, 2, 4])  # No title: 3 sentences.
+  assert [s.tolist() for s in document_sentences(doc)] == [
+      [10, 11], [12, 13], [14, 15]]
+  ids, mask = _queries([5])
+  config = QdsInputConfig(max_len=16, max_query_len=2, max_sentences=2,
+                          sentence_start_id=1)
+  got = build_qds_inputs(ids, mask, [doc], config=config, special=SPECIAL)
+  assert got["input_ids"][0, :10].tolist() == [101, 5, 102, 1, 10, 11, 1, 12,
+                                               13, 102]
+  assert config.max_global() == 2 + 2 + 2
+  assert int(got["query_mask"].sum() + got["sentence_mask"].sum()) <= (
+      config.max_global())
+  with pytest.raises(InputError):
+    build_qds_inputs(ids[:0], mask[:0], [doc], config=config, special=SPECIAL)
+  with pytest.raises(InputError):
+    QdsInputConfig(max_len=8, max_query_len=4)
+
+
+def test_inputs_from_the_segmenter():
+  from best_jax.segments import Segmenter, SegmenterConfig
+  segmenter = Segmenter(SegmenterConfig(max_query_len=8))
+  text = ("Paris is the capital of France. It has many museums. "
+          "The Louvre is the largest one.")
+  [document] = segmenter.tokenize([("Paris", text)])
+  ids, mask = segmenter.tokenize_queries(["largest museum in paris"])
+  got = build_qds_inputs(ids, mask, [document],
+                         config=QdsInputConfig(max_len=64, max_query_len=8),
+                         special=segmenter.special)
+  assert got["num_sentences"].tolist() == [4]  # Title + 3 sentences.
+  starts = np.flatnonzero(got["sentence_mask"][0])
+  tokenizer = _tokenizer()
+  pieces = [tokenizer.decode(got["input_ids"][0, a + 1:b])
+            for a, b in zip(starts, list(starts[1:]) + [
+                int(got["attention_mask"][0].sum()) - 1])]
+  assert pieces == ["paris", "paris is the capital of france.",
+                    "it has many museums.", "the louvre is the largest one."]
+
+
+def _tokenizer():
+  from best_jax.models import pretrained
+  return pretrained.load_tokenizer()
+
+
+def _random_batch(config, batch, length, seed=0):
+  rng = np.random.default_rng(seed)
+  ids = jnp.asarray(rng.integers(1, config.vocab_size, (batch, length)))
+  lengths = jnp.asarray([length] + [length * 2 // 3] * (batch - 1))
+  mask = jnp.arange(length)[None] < lengths[:, None]
+  pos = jnp.arange(length)
+  query = jnp.broadcast_to(pos < 5, (batch, length))
+  sentences = jnp.broadcast_to((pos >= 5) & (pos % 7 == 5), (batch, length))
+  types = jnp.broadcast_to((pos >= 5).astype(jnp.int32), (batch, length))
+  return dict(input_ids=ids, attention_mask=mask, token_type_ids=types,
+              query_mask=query, sentence_mask=sentences)
+
+
+def test_encoder_equals_bert_when_everything_is_local():
+  config = BertConfig.tiny()
+  bert = BertEncoder(config, rngs=nnx.Rngs(0))
+  qds = QdsEncoder(config, QdsConfig(window=60, max_global=4),
+                   rngs=nnx.Rngs(1))
+  nnx.update(qds, nnx.state(bert, nnx.Param))
+  b = _random_batch(config, 2, 50)
+  mask = b["attention_mask"]
+  expected = nnx.jit(lambda m, *a: m(*a))(bert, b["input_ids"], mask,
+                                           b["token_type_ids"])
+  got = nnx.jit(lambda m, *a: m(*a))(qds, b["input_ids"], mask,
+                                     b["token_type_ids"], b["sentence_mask"])
+  diff = jnp.where(mask[..., None], got - expected, 0)
+  assert float(jnp.max(jnp.abs(diff))) < 1e-5
+
+
+@pytest.mark.parametrize("pattern", ["qds", "longformer_qa"])
+def test_ranker_sparse_equals_dense(pattern):
+  config = BertConfig.tiny()
+  qds = QdsConfig(window=4, max_global=16, pattern=pattern, first_tokens=6)
+  sparse = QdsRanker(config, qds, rngs=nnx.Rngs(0))
+  dense = QdsRanker(config, dataclasses.replace(qds, attention="dense"),
+                    rngs=nnx.Rngs(0))
+  b = _random_batch(config, 3, 45)
+
+  def loss_and_grad(model):
+    graphdef, params = nnx.split(model, nnx.Param)
+
+    @jax.jit
+    def fn(params):
+      scores = nnx.merge(graphdef, params)(**b)
+      return jnp.sum(scores * jnp.array([1.0, -2.0, 0.5])), scores
+    return jax.value_and_grad(fn, has_aux=True)(params)
+
+  (_, scores_s), grads_s = loss_and_grad(sparse)
+  (_, scores_d), grads_d = loss_and_grad(dense)
+  np.testing.assert_allclose(scores_s, scores_d, atol=1e-5)
+  diffs = jax.tree.map(lambda a, c: jnp.max(jnp.abs(a - c)), grads_s, grads_d)
+  assert max(float(x) for x in jax.tree.leaves(diffs)) < 1e-5
+
+
+def test_ranker_shapes_patterns_and_dropout():
+  config = BertConfig.tiny()
+  b = _random_batch(config, 4, 40)
+  grouped = {k: v.reshape(2, 2, 40) for k, v in b.items()}
+  model = QdsRanker(config, QdsConfig(window=3, max_global=12),
+                    rngs=nnx.Rngs(0))
+  score = nnx.jit(lambda m, b, rngs=None: m(**b, rngs=rngs))
+  scores = score(model, grouped)
+  assert scores.shape == (2, 2) and scores.dtype == jnp.float32
+  plain = score(model, b)
+  np.testing.assert_allclose(scores.reshape(4), plain, atol=1e-6)
+  # Called like CrossEncoderRanker: the masks come from the ids and types.
+  derived = QdsRanker(config, QdsConfig(window=3, max_global=12,
+                                        sentence_start_id=99),
+                      rngs=nnx.Rngs(0))
+  b3 = {k: b[k] for k in ("input_ids", "attention_mask", "token_type_ids")}
+  ids = jnp.where(b["input_ids"] == 99, 98, b["input_ids"])
+  b3["input_ids"] = jnp.where(b["sentence_mask"], 99, ids)
+  with_masks = dict(b, input_ids=b3["input_ids"])
+  np.testing.assert_allclose(score(derived, b3), score(model, with_masks),
+                             atol=1e-6)
+  with pytest.raises(InputError, match="sentence_start_id"):
+    model(**b3)
+  # The pattern matters: local-only attention gives other scores.
+  local = QdsRanker(config, QdsConfig(window=3, max_global=12,
+                                      pattern="local"), rngs=nnx.Rngs(0))
+  assert float(jnp.max(jnp.abs(score(local, b) - plain))) > 1e-4
+  # Dropout only with rngs; deterministic otherwise.
+  np.testing.assert_array_equal(score(model, b), plain)
+  dropped = score(model, b, nnx.Rngs(dropout=1))
+  assert float(jnp.max(jnp.abs(dropped - plain))) > 1e-4
+
+
+def test_bce_training_separates_positive_from_negative():
+  """A few Adam steps on BCE (1 positive, 1 negative) learn a toy signal."""
+  config = BertConfig.tiny(hidden_dropout=0.0, attention_dropout=0.0)
+  model = QdsRanker(config, QdsConfig(window=3, max_global=12,
+                                      head_dropout=0.0), rngs=nnx.Rngs(0))
+  b = {k: v.reshape(2, 2, 40) for k, v in _random_batch(config, 4, 40).items()}
+  # Positives (item 0) carry token 7 in the query.
+  b["input_ids"] = b["input_ids"].at[:, 0, 1].set(7).at[:, 1, 1].set(8)
+  labels = jnp.array([[1.0, 0.0], [1.0, 0.0]])
+  graphdef, params = nnx.split(model, nnx.Param)
+  tx = optax.adam(5e-3)
+  opt_state = tx.init(params)
+
+  def loss_fn(params):
+    scores = nnx.merge(graphdef, params)(**b)
+    result = sigmoid_cross_entropy(scores, labels)
+    return masked_mean(result.loss, result.valid)
+
+  @jax.jit
+  def step(params, opt_state):
+    loss, grads = jax.value_and_grad(loss_fn)(params)
+    updates, opt_state = tx.update(grads, opt_state, params)
+    return optax.apply_updates(params, updates), opt_state, loss
+
+  losses = []
+  for _ in range(40):
+    params, opt_state, loss = step(params, opt_state)
+    losses.append(float(loss))
+  assert losses[0] == pytest.approx(np.log(2), abs=0.05)
+  assert losses[-1] < 0.1 < losses[0]
+
+
+def test_extend_positions_copies_rows():
+  table = np.arange(12, dtype=np.float32).reshape(4, 3)
+  got = extend_positions(table, 10)
+  assert got.shape == (10, 3)
+  np.testing.assert_array_equal(got[4:8], table)
+  np.testing.assert_array_equal(got[8:], table[:2])
+
+
+def test_load_qds_ranker_from_minilm():
+  from best_jax.models import pretrained
+  from best_jax.models.weights import load_encoder
+  directory = pretrained.checkpoint_dir()
+  ranker = load_qds_ranker(directory, QdsConfig(window=400, max_global=8),
+                           rngs=nnx.Rngs(0), max_positions=1024)
+  table = ranker.encoder.embeddings.position.embedding.get_value()
+  assert table.shape == (1024, 384)
+  np.testing.assert_array_equal(table[512:], table[:512])
+  # With every token in the window, QDS attention is full attention: the
+  # encoder equals the plain BERT on the same weights.
+  bert = load_encoder(directory)
+  b = _random_batch(bert.config, 1, 300)
+  call = nnx.jit(lambda model, *args: model(*args))
+  expected = call(bert, b["input_ids"], b["attention_mask"],
+                  b["token_type_ids"])
+  got = call(ranker.encoder, b["input_ids"], b["attention_mask"],
+             b["token_type_ids"], b["sentence_mask"])
+  assert float(jnp.max(jnp.abs(got - expected))) < 1e-4
+  # Beyond 512 tokens it runs (the plain BERT would refuse).
+  long = _random_batch(bert.config, 1, 700)
+  scores = nnx.jit(lambda model, batch: model(**batch))(ranker, long)
+  assert scores.shape == (1,) and bool(jnp.isfinite(scores[0]))
