@@ -1,0 +1,200 @@
+"""`best_jax truncate`: cut ranked lists with a baseline or a learned model.
+
+  best_jax truncate --run RUN --qrels QRELS --method oracle|fixed|greedy|
+      attncut|bicut|choppy [--k N] [--metric f1|dcg] [--depth 300] [--json]
+  best_jax truncate --config configs/attncut_robust04.py[:ARG] --workdir DIR
+
+Greedy-k and the learned methods are evaluated by cross-validation (each
+query is cut by a k or model fitted on the other folds: `--folds FILE` or
+`--cv N` random folds), unless `--model DIR` gives a trained model. `--save-
+model DIR` trains one model on all queries and saves it. `--output PATH`
+writes the truncated run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import sys
+
+from best_jax.errors import InputError
+
+METHODS = ("oracle", "fixed", "greedy", "attncut", "bicut", "choppy")
+LEARNED_LOSS = {"attncut": "raml", "bicut": "bicut", "choppy": "expected"}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+  parser.add_argument("--run", help="TREC run whose lists are cut")
+  parser.add_argument("--qrels", help="TREC qrels (relevant: grade > 0)")
+  parser.add_argument("--method", choices=METHODS)
+  parser.add_argument("--k", type=int, help="cut-off of --method fixed")
+  parser.add_argument("--metric", choices=("f1", "dcg"), default="f1")
+  parser.add_argument("--depth", type=int, default=300,
+                      help="lists are cut to this many documents first")
+  parser.add_argument("--json", action="store_true",
+                      help="print one JSON object (mean, per-query cut-offs)")
+  parser.add_argument("--output", help="write the truncated run here")
+  parser.add_argument("--folds", help="cross-validation folds JSON "
+                      "(capreolus layout) for greedy and learned methods")
+  parser.add_argument("--cv", type=int, default=5,
+                      help="random folds when --folds is not given")
+  parser.add_argument("--seed", type=int, default=0)
+  parser.add_argument("--model", help="directory of a trained model to apply")
+  parser.add_argument("--save-model", help="train on all queries, save here")
+  parser.add_argument("--epochs", type=int, help="override training epochs")
+  parser.add_argument("--config", help="experiment or training config "
+                      "file[:arg]; with --workdir and no --method, runs the "
+                      "experiment")
+  parser.add_argument("--workdir", help="experiment output directory")
+  parser.add_argument("--report-only", action="store_true",
+                      help="rewrite the experiment report from its results")
+
+
+def load_config(spec: str):
+  """`path[:arg]` → the config file's `get_config(arg)`."""
+  path, _, arg = spec.partition(":")
+  if not os.path.isfile(path):
+    raise InputError("config file not found", path)
+  module_spec = importlib.util.spec_from_file_location("truncate_config", path)
+  module = importlib.util.module_from_spec(module_spec)
+  module_spec.loader.exec_module(module)
+  try:
+    return module.get_config(arg)
+  except ValueError as e:
+    raise InputError(str(e), path) from None
+
+
+def main(args: argparse.Namespace) -> int:
+  if args.method is None:
+    if not (args.config and args.workdir):
+      raise InputError("give --method (with --run and --qrels), or --config "
+                       "and --workdir to run an experiment")
+    from best_jax.truncate import experiment  # pylint: disable=g-import-not-at-top
+    if args.report_only:
+      experiment.write_report(load_config(args.config), args.workdir)
+    else:
+      experiment.run(load_config(args.config), args.workdir)
+    print(os.path.join(args.workdir, "truncation_report.md"))
+    return 0
+  if not (args.run and args.qrels):
+    raise InputError(f"--method {args.method} needs --run and --qrels")
+  if args.method == "fixed" and (args.k is None or args.k < 1):
+    raise InputError("--method fixed needs --k N with N ≥ 1")
+  result = cut(args)
+  if args.output:
+    _write_truncated(args, result)
+  if args.json:
+    json.dump(result, sys.stdout, indent=1)
+    print()
+  else:
+    extra = f" k={result['k']}" if "k" in result else ""
+    print(f"{args.method}{extra} {args.metric}@k mean {result['mean']:.4f} "
+          f"over {result['queries']} queries")
+  return 0
+
+
+def cut(args: argparse.Namespace) -> dict:
+  """Cut-offs and metric values of every query; the JSON result object."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  from best_jax.truncate import baselines, lists, rewards  # pylint: disable=g-import-not-at-top
+  ranked = lists.read(args.run, args.qrels, args.depth)
+  r_qn = np.asarray(rewards.at_all_k(args.metric, ranked.labels_qn,
+                                     ranked.mask_qn))
+  result = {"method": args.method, "metric": args.metric, "depth": args.depth}
+  if args.method == "oracle":
+    cutoffs = baselines.oracle_cutoffs(r_qn, ranked.mask_qn)
+  elif args.method == "fixed":
+    result["k"] = args.k
+    cutoffs = baselines.fixed_cutoffs(args.k, ranked.mask_qn)
+  else:
+    cutoffs = _cross_validated(args, ranked, r_qn, result)
+  values = np.asarray(rewards.at_cutoff(r_qn, cutoffs))
+  result.update(
+      queries=len(ranked.qids), mean=float(values.mean()),
+      cutoffs={q: int(k) for q, k in zip(ranked.qids, cutoffs)},
+      values={q: float(v) for q, v in zip(ranked.qids, values)})
+  return result
+
+
+def _folds(args, qids):
+  from best_jax.truncate import lists  # pylint: disable=g-import-not-at-top
+  if args.folds:
+    keep = set(qids)
+    folds = [([q for q in tr if q in keep], [q for q in te if q in keep])
+             for tr, te in lists.read_folds(args.folds)]
+    if {q for _, te in folds for q in te} != keep:
+      raise InputError("the folds' test sets do not cover the run's queries",
+                       args.folds)
+    return folds
+  if args.cv < 2 or args.cv > len(qids):
+    raise InputError(f"--cv must be between 2 and {len(qids)}")
+  return lists.random_folds(qids, args.cv, args.seed)
+
+
+def _train_config(args):
+  from best_jax.truncate import train  # pylint: disable=g-import-not-at-top
+  config = train.default_config()
+  if args.config:
+    loaded = load_config(args.config)
+    config = loaded.train if "train" in loaded else loaded
+  config = config.copy_and_resolve_references()
+  config.model, config.loss = args.method, LEARNED_LOSS[args.method]
+  config.metric = args.metric
+  config.seed = args.seed
+  if args.epochs is not None:
+    config.epochs = args.epochs
+  return config
+
+
+def _cross_validated(args, ranked, r_qn, result):
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  from best_jax.truncate import baselines, checkpoint, features, train  # pylint: disable=g-import-not-at-top
+  index = {q: i for i, q in enumerate(ranked.qids)}
+  features_qnf = features.score_features(ranked.scores_qn, ranked.mask_qn)
+  data = train.arrays(ranked, args.metric, features_qnf)
+  cutoffs = np.zeros(len(ranked.qids), np.int64)
+  if args.method == "greedy":
+    result["k"] = baselines.greedy_k(r_qn, ranked.mask_qn)
+    result["k_per_fold"] = []
+    for train_q, test_q in _folds(args, ranked.qids):
+      rows = np.array([index[q] for q in train_q])
+      k = baselines.greedy_k(r_qn[rows], ranked.mask_qn[rows])
+      result["k_per_fold"].append(k)
+      test_rows = np.array([index[q] for q in test_q])
+      cutoffs[test_rows] = baselines.fixed_cutoffs(k, ranked.mask_qn[test_rows])
+    return cutoffs
+  if args.model:
+    model, _, header = checkpoint.load(args.model)
+    if header["depth"] != args.depth or header["in_features"] != (
+        features_qnf.shape[-1]):
+      raise InputError(f"the model was trained with depth {header['depth']} "
+                       f"and {header['in_features']} features", args.model)
+    result["model"] = args.model
+    return train.predict_cutoffs(model, data)
+  config = _train_config(args)
+  if args.save_model:
+    model, _ = train.fit(config, data)
+    checkpoint.save(args.save_model, model, config, features_qnf.shape[-1],
+                    args.depth)
+    result["saved_model"] = args.save_model
+  for train_q, test_q in _folds(args, ranked.qids):
+    rows = np.array([index[q] for q in train_q])
+    test_rows = np.array([index[q] for q in test_q])
+    model, _ = train.fit(config, train.arrays(
+        ranked.select(train_q), args.metric, features_qnf[rows]))
+    cutoffs[test_rows] = train.predict_cutoffs(model, train.arrays(
+        ranked.select(test_q), args.metric, features_qnf[test_rows]))
+  return cutoffs
+
+
+def _write_truncated(args, result: dict) -> None:
+  from best_jax.data import trec  # pylint: disable=g-import-not-at-top
+  from best_jax.data.files import atomic_write  # pylint: disable=g-import-not-at-top
+  run = trec.read_run(args.run)
+  with atomic_write(args.output) as f:
+    for qid, k in result["cutoffs"].items():
+      for rank, (docid, score) in enumerate(trec.ranked(run[qid])[:k], 1):
+        f.write(f"{qid} Q0 {docid} {rank} {float(score)!r} "
+                f"best_jax-{args.method}\n")

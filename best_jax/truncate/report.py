@@ -1,0 +1,223 @@
+"""Tables (markdown + JSON) and the cut-off plot of a truncation experiment.
+
+Means are over the test queries of one split; tables show the mean ± sample
+standard deviation of those means over the splits (their number in
+parentheses). p-values pool the per-query values of the splits both methods
+ran on (pairs `split:qid`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+
+from best_jax.data.files import atomic_write
+from best_jax.evaluate import significance
+
+# AttnCut paper, Robust04 with BM25 lists (Tables 2-4); None: lost from our copy.
+PAPER_TABLE3 = {"oracle": (0.3591, 1.3328), "fixed_5": (0.1550, 0.1876),
+                "fixed_10": (0.2103, -0.2672), "fixed_50": (0.2499, -5.3966),
+                "greedy": (None, None), "bicut": (None, None),
+                "choppy": (None, None), "attncut": (0.2821, None)}
+PAPER_TABLE2 = {"attncut_mle": (0.2538, 0.3338), "attncut_bi": (0.2819, None),
+                "attncut_rl": (0.2733, 0.3404), "attncut": (0.2821, None)}
+PAPER_TABLE4 = {0.0: (0.3591, 0.3777, 49, 0.2821, 0.3527, 49),
+                0.3: (0.3696, 0.4641, 44, 0.2417, 0.5726, 43),
+                0.5: (0.3600, 0.5818, 36, 0.2171, 0.6837, 36),
+                0.7: (0.3478, 0.7470, 19, 0.1572, 0.8323, 18)}
+TABLE3_ROWS = ("oracle", "fixed_5", "fixed_10", "fixed_50", "greedy", "bicut",
+               "choppy", "attncut", "attncut_long")
+TABLE2_ROWS = ("attncut_mle", "attncut_bi", "attncut_rl", "attncut")
+NOTE = ("Features: score-derived only (Robust04 document texts are not "
+        "available here); lists: BM25+RM3 top 300, all 250 topics "
+        "(topic 672 has no relevant document: F1 = 0).")
+
+
+def _fmt(value, digits=4):
+  return "–" if value is None or not np.isfinite(value) else f"{value:.{digits}f}"
+
+
+def _summary(per_split: dict, method: str) -> dict | None:
+  """Mean ± std over splits and pooled per-query values of one method."""
+  means, pooled = [], {}
+  for split, result in sorted(per_split.items()):
+    if method not in result["methods"]:
+      continue  # not (yet) run on this split: the count shows it
+    values = result["methods"][method]["values"]
+    means.append(float(np.mean(values)))
+    for qid, v in zip(result["qids"], values):
+      pooled[f"{split}:{qid}"] = {"value": v}
+  if not means:
+    return None
+  return {"mean": float(np.mean(means)),
+          "std": float(np.std(means, ddof=1)) if len(means) > 1 else 0.0,
+          "splits": len(means), "per_split": means, "pooled": pooled}
+
+
+def _p(a: dict | None, b: dict | None, kind="wilcoxon_p"):
+  if a is None or b is None:
+    return None
+  test = significance.paired_test(a["pooled"], b["pooled"], "value")
+  return getattr(test, kind)
+
+
+def _metric_table(per_metric: dict, rows, paper: dict, title: str) -> tuple:
+  lines = [f"### {title}", "", NOTE, "",
+           "| method | F1@k (ours) | F1@k (paper, BM25) | DCG@k (ours) | "
+           "DCG@k (paper, BM25) | Wilcoxon p vs BiCut (F1 / DCG) |",
+           "| --- | --- | --- | --- | --- | --- |"]
+  data = {}
+  for row in rows:
+    cells, entry = [], {}
+    for metric in ("f1", "dcg"):
+      s = _summary(per_metric.get(metric, {}), row)
+      b = _summary(per_metric.get(metric, {}), "bicut")
+      entry[metric] = None if s is None else {
+          "mean": s["mean"], "std": s["std"], "splits": s["splits"],
+          "wilcoxon_p_vs_bicut": None if row == "bicut" else _p(s, b)}
+      cells.append("–" if s is None else
+                   f"{s['mean']:.4f} ± {s['std']:.4f} ({s['splits']})")
+    if entry["f1"] is None and entry["dcg"] is None:
+      continue
+    data[row] = entry
+    p = [_fmt((entry[m] or {}).get("wilcoxon_p_vs_bicut"), 3)
+         for m in ("f1", "dcg")]
+    ref = paper.get(row, (None, None))
+    lines.append(f"| {_label(row)} | {cells[0]} | {_fmt(ref[0])} | "
+                 f"{cells[1]} | {_fmt(ref[1])} | {p[0]} / {p[1]} |")
+  return lines, data
+
+
+def _label(row):
+  from best_jax.truncate.experiment import LABELS  # pylint: disable=g-import-not-at-top
+  return LABELS.get(row, row)
+
+
+def _comparisons(per_metric: dict) -> tuple:
+  lines = ["### AttnCut against the other learned/greedy cut-offs", "",
+           "| metric | comparison | AttnCut | other | paired t p | Wilcoxon p "
+           "| pairs |",
+           "| --- | --- | --- | --- | --- | --- | --- |"]
+  data = {}
+  pairs = [(metric, mine, other) for metric in ("f1", "dcg")
+           for mine in ("attncut", "attncut_long")
+           for other in ("greedy", "bicut", "choppy")]
+  for metric, mine, other in pairs:
+    a = _summary(per_metric.get(metric, {}), mine)
+    b = _summary(per_metric.get(metric, {}), other)
+    if a is None or b is None:
+      continue
+    test = significance.paired_test(a["pooled"], b["pooled"], "value")
+    data[f"{metric}/{mine}/{other}"] = {
+        "attncut": test.mean_a, "other": test.mean_b,
+        "t_test_p": test.t_test_p, "wilcoxon_p": test.wilcoxon_p,
+        "pairs": test.num_queries}
+    lines.append(f"| {metric} | {_label(mine)} vs {_label(other)} | "
+                 f"{test.mean_a:.4f} | {test.mean_b:.4f} | "
+                 f"{test.t_test_p:.3g} | {test.wilcoxon_p:.3g} | "
+                 f"{test.num_queries} |")
+  return lines, data
+
+
+def _recall_table(per_split: dict, sigmas) -> tuple:
+  lines = ["### Recall constraint (Table 4 analogue, F1 target)", "", NOTE, "",
+           "| σ | model | F1@k | R@k | queries meeting σ | paper F1 / R@k / "
+           "meeting (of 50) |", "| --- | --- | --- | --- | --- | --- |"]
+  data = {}
+  for sigma in sigmas:
+    for i, name in enumerate(("oracle", "attncut")):
+      key = f"{sigma}/{name}"
+      rows = [r["recall"][key] for _, r in sorted(per_split.items())
+              if "recall" in r]
+      if not rows:
+        continue
+      f1 = [np.mean(r["f1"]) for r in rows]
+      rec = [np.mean(r["recall"]) for r in rows]
+      meets = [r["meets"] for r in rows]
+      total = [len(r["f1"]) for r in rows]
+      data[key] = {"f1": float(np.mean(f1)), "f1_std": float(np.std(f1)),
+                   "recall": float(np.mean(rec)),
+                   "meets_mean": float(np.mean(meets)),
+                   "queries_mean": float(np.mean(total)), "splits": len(rows)}
+      ref = PAPER_TABLE4.get(sigma)
+      paper = "–" if ref is None else (
+          f"{ref[3 * i]:.4f} / {ref[3 * i + 1]:.4f} / {ref[3 * i + 2]}")
+      lines.append(f"| {sigma} | {_label(name)} | {np.mean(f1):.4f} ± "
+                   f"{np.std(f1, ddof=1) if len(f1) > 1 else 0:.4f} "
+                   f"({len(f1)}) | "
+                   f"{np.mean(rec):.4f} | {np.mean(meets):.1f} of "
+                   f"{np.mean(total):.0f} | {paper} |")
+  return lines, data
+
+
+def _plot(per_split: dict, path: str) -> bool:
+  oracle, attncut = [], []
+  for _, r in sorted(per_split.items()):
+    if "attncut" in r["methods"]:
+      oracle += r["methods"]["oracle"]["cutoffs"]
+      attncut += r["methods"]["attncut"]["cutoffs"]
+  if not attncut:
+    return False
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  edges = np.arange(0, 301, 10)
+  fig, ax = plt.subplots(figsize=(6, 3.5))
+  ax.hist([oracle, attncut], bins=edges, label=["Oracle", "AttnCut"],
+          weights=[np.full(len(oracle), 1 / len(oracle)),
+                   np.full(len(attncut), 1 / len(attncut))])
+  ax.set_xlabel("cut-off position k")
+  ax.set_ylabel("fraction of test queries")
+  ax.set_title("Robust04 BM25+RM3, F1 target: cut-off positions")
+  ax.legend()
+  fig.tight_layout()
+  with atomic_write(path, "wb") as f:
+    fig.savefig(f, format="png", dpi=120)
+  plt.close(fig)
+  return True
+
+
+def write(config, results: dict, workdir: str) -> None:
+  """Writes `truncation_report.md`, `truncation_report.json` and the plot."""
+  md, data = ["# Ranked-list truncation on Robust04", ""], {}
+  random = results.get("random", {})
+  if random:
+    lines, data["table3"] = _metric_table(
+        random, TABLE3_ROWS, PAPER_TABLE3,
+        f"Table 3 analogue: random 80/20 splits, seeds {list(config.seeds)}")
+    md += lines + [""]
+    lines, data["comparisons"] = _comparisons(random)
+    md += lines + [""]
+    lines, data["table2"] = _metric_table(
+        random, TABLE2_ROWS, PAPER_TABLE2, "Table 2 analogue: AttnCut variants")
+    md += lines + [""]
+    oracle = (data["table3"].get("oracle") or {}).get("f1")
+    for row in ("attncut", "attncut_long"):
+      attncut = (data["table3"].get(row) or {}).get("f1")
+      if oracle and attncut:
+        ratio = attncut["mean"] / oracle["mean"]
+        data[f"{row}_over_oracle_f1"] = ratio
+        md += [f"{_label(row)} F1 / Oracle F1 = {ratio:.4f} (paper, BM25 "
+               f"lists: 0.2821 / 0.3591 = {0.2821 / 0.3591:.4f}).", ""]
+    greedy = {m: [r["greedy_k"] for _, r in sorted(random[m].items())]
+              for m in random}
+    data["greedy_k"] = greedy
+    md += [f"Greedy-k per split: {greedy} (paper, BM25: F1 44, DCG 2).", ""]
+    lines, data["table4"] = _recall_table(random.get("f1", {}), config.sigmas)
+    md += lines + [""]
+    if _plot(random.get("f1", {}), os.path.join(workdir,
+                                                "truncation_cutoffs.png")):
+      md += ["![cut-off positions](truncation_cutoffs.png)", ""]
+  folds = results.get("folds", {})
+  if folds:
+    lines, data["cross_validation"] = _metric_table(
+        folds, TABLE3_ROWS + TABLE2_ROWS[:-1], PAPER_TABLE3,
+        f"5-fold cross-validation ({os.path.basename(config.folds)})")
+    md += lines + [""]
+  data["config"] = config.to_dict()
+  with atomic_write(os.path.join(workdir, "truncation_report.md")) as f:
+    f.write("\n".join(md) + "\n")
+  with atomic_write(os.path.join(workdir, "truncation_report.json")) as f:
+    json.dump(data, f, indent=1, default=str)

@@ -1,0 +1,128 @@
+"""The `best_jax truncate` command and the experiment runner on tiny files."""
+
+import json
+import os
+import textwrap
+
+import numpy as np
+import pytest
+
+from best_jax import cli
+
+NUM_QUERIES, DEPTH = 10, 8
+
+
+@pytest.fixture
+def trec_files(tmp_path):
+  rng = np.random.default_rng(1)
+  run_lines, qrels_lines, labels = [], [], {}
+  for q in range(NUM_QUERIES):
+    qid = str(301 + q)
+    labels[qid] = list(rng.random(DEPTH + 2) < np.linspace(0.9, 0.1, DEPTH + 2))
+    for n in range(DEPTH + 2):  # two more than --depth: cut away
+      run_lines.append(f"{qid} Q0 d{q}_{n} {n + 1} {20.0 - n} tag")
+      if labels[qid][n]:
+        qrels_lines.append(f"{qid} 0 d{q}_{n} {1 + n % 2}")
+      elif n % 3 == 0:
+        qrels_lines.append(f"{qid} 0 d{q}_{n} 0")
+  run = tmp_path / "run.txt"
+  run.write_text("\n".join(run_lines) + "\n")
+  qrels = tmp_path / "qrels.txt"
+  qrels.write_text("\n".join(qrels_lines) + "\n")
+  return str(run), str(qrels), {q: v[:DEPTH] for q, v in labels.items()}
+
+
+def _f1(labels, k):
+  hits, total = sum(labels[:k]), sum(labels)
+  return 0.0 if hits == 0 else 2 * hits / (k + total)
+
+
+def _json(capsys, argv):
+  assert cli.main(argv) == 0
+  return json.loads(capsys.readouterr().out)
+
+
+def test_oracle_and_fixed_json(trec_files, capsys):
+  run, qrels, labels = trec_files
+  base = ["truncate", "--run", run, "--qrels", qrels, "--depth", str(DEPTH),
+          "--json"]
+  out = _json(capsys, base + ["--method", "oracle"])
+  best = {q: max(_f1(y, k) for k in range(1, DEPTH + 1)) for q, y in labels.items()}
+  assert out["queries"] == NUM_QUERIES
+  assert out["mean"] == pytest.approx(np.mean(list(best.values())), rel=1e-6)
+  for q, k in out["cutoffs"].items():
+    assert _f1(labels[q], k) == pytest.approx(best[q], rel=1e-6)
+  out = _json(capsys, base + ["--method", "fixed", "--k", "3"])
+  assert set(out["cutoffs"].values()) == {3}
+  assert out["mean"] == pytest.approx(
+      np.mean([_f1(y, 3) for y in labels.values()]), rel=1e-6)
+
+
+def test_greedy_is_cross_validated(trec_files, capsys, tmp_path):
+  run, qrels, labels = trec_files
+  out = _json(capsys, ["truncate", "--run", run, "--qrels", qrels, "--depth",
+                       str(DEPTH), "--method", "greedy", "--cv", "2", "--json",
+                       "--output", str(tmp_path / "cut.run")])
+  assert len(out["k_per_fold"]) == 2
+  means = [np.mean([_f1(y, k) for y in labels.values()])
+           for k in range(1, DEPTH + 1)]
+  assert out["k"] == int(np.argmax(means)) + 1
+  lines = (tmp_path / "cut.run").read_text().splitlines()
+  assert len(lines) == sum(out["cutoffs"].values())
+
+
+def test_bad_input_is_one_line_error(trec_files, capsys):
+  run, qrels, _ = trec_files
+  assert cli.main(["truncate", "--run", run, "--qrels", qrels,
+                   "--method", "fixed"]) == 2
+  assert "--k" in capsys.readouterr().err
+  assert cli.main(["truncate", "--run", run + "x", "--qrels", qrels,
+                   "--method", "oracle"]) == 2
+  assert "file not found" in capsys.readouterr().err
+
+
+def _tiny_config(tmp_path, run, qrels):
+  path = tmp_path / "tiny.py"
+  path.write_text(textwrap.dedent(f"""
+      import ml_collections
+      from best_jax.truncate import train
+
+      def get_config(arg=""):
+        c = ml_collections.ConfigDict()
+        c.run, c.qrels, c.folds = {run!r}, {qrels!r}, ""
+        c.depth, c.seeds, c.test_fraction = {DEPTH}, (0, 1), 0.3
+        c.protocols, c.sigmas, c.recall_rule = ("random",), (0.0, 0.5), "lower_edge"
+        c.bicut_alpha = {{"f1": 0.3, "dcg": 0.5}}
+        c.schedule = [("random", "f1", "baselines"), ("random", "dcg", "baselines"),
+                      ("random", "f1", "attncut"), ("random", "f1", "recall", 1)]
+        t = train.default_config()
+        t.lstm_hidden, t.heads, t.epochs, t.batch_size = 4, 2, 1, 4
+        c.train = t
+        return c
+      """))
+  return str(path)
+
+
+@pytest.mark.slow
+def test_experiment_and_learned_method(trec_files, capsys, tmp_path):
+  run, qrels, _ = trec_files
+  config = _tiny_config(tmp_path, run, qrels)
+  workdir = tmp_path / "work"
+  assert cli.main(["truncate", "--config", config, "--workdir",
+                   str(workdir)]) == 0
+  report = json.loads((workdir / "truncation_report.json").read_text())
+  table3 = report["table3"]
+  assert table3["attncut"]["f1"]["splits"] == 2
+  assert "0.5/attncut" in report["table4"]
+  assert os.path.exists(workdir / "truncation_cutoffs.png")
+  assert "AttnCut" in (workdir / "truncation_report.md").read_text()
+  capsys.readouterr()
+  out = _json(capsys, ["truncate", "--run", run, "--qrels", qrels, "--depth",
+                       str(DEPTH), "--method", "attncut", "--config", config,
+                       "--cv", "2", "--json", "--save-model",
+                       str(tmp_path / "model")])
+  assert all(1 <= k <= DEPTH for k in out["cutoffs"].values())
+  again = _json(capsys, ["truncate", "--run", run, "--qrels", qrels, "--depth",
+                         str(DEPTH), "--method", "attncut", "--model",
+                         str(tmp_path / "model"), "--json"])
+  assert again["queries"] == NUM_QUERIES

@@ -1,0 +1,107 @@
+"""Train steps, masking of short lists, prediction and checkpoints (tiny)."""
+
+import numpy as np
+import pytest
+
+from best_jax.truncate import checkpoint, lists, models, rewards, train
+
+
+def _ranked(num_queries=12, depth=16, seed=0):
+  rng = np.random.default_rng(seed)
+  scores = np.sort(rng.normal(size=(num_queries, depth)), axis=1)[:, ::-1]
+  lengths = rng.integers(4, depth + 1, size=num_queries)
+  lengths[0] = depth
+  mask = np.arange(depth)[None] < lengths[:, None]
+  # Relevance follows the score: the top of each list is mostly relevant.
+  labels = (rng.random((num_queries, depth)) <
+            np.linspace(0.9, 0.05, depth)[None]) & mask
+  qids = [str(i) for i in range(num_queries)]
+  docids = [[f"d{i}_{n}" for n in range(lengths[i])] for i in range(num_queries)]
+  return lists.RankedLists(qids, docids, np.where(mask, scores, 0).astype(
+      np.float32), labels, mask)
+
+
+def _config(model, loss, **overrides):
+  c = train.default_config()
+  c.model, c.loss = model, loss
+  c.lstm_hidden, c.heads = 8, 2
+  c.choppy_position_dim, c.choppy_heads = 7, 2
+  c.batch_size, c.epochs, c.learning_rate = 5, 3, 1e-2
+  c.update(overrides)
+  return c
+
+
+def test_attncut_raml_fits_lowers_the_loss_and_predicts_real_cutoffs():
+  ranked = _ranked(num_queries=20)
+  data = train.arrays(ranked, "f1")
+  fitted, epoch_losses = train.fit(_config("attncut", "raml", epochs=8), data)
+  assert np.all(np.isfinite(epoch_losses))
+  assert epoch_losses[-1] < epoch_losses[0]
+  k = train.predict_cutoffs(fitted, data)
+  assert np.all(k >= 1) and np.all(k <= ranked.lengths_q)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model,loss", [
+    ("attncut", "bicut"), ("bicut", "bicut"), ("choppy", "expected"),
+    ("attncut", "reinforce"), ("attncut", "recall_bins")])
+def test_every_model_and_loss_fits_and_predicts(model, loss):
+  ranked = _ranked()
+  data = train.arrays(ranked, "f1")
+  fitted, epoch_losses = train.fit(_config(model, loss), data)
+  assert epoch_losses.shape == (3,) and np.all(np.isfinite(epoch_losses))
+  logits = train.predict_logits(fitted, data)
+  assert np.all(np.isfinite(logits))
+  if loss != "recall_bins":
+    k = train.predict_cutoffs(fitted, data)
+    assert np.all(k >= 1) and np.all(k <= ranked.lengths_q)
+
+
+def test_padding_does_not_change_the_output_of_real_ranks():
+  ranked = _ranked()
+  features = train.arrays(ranked, "f1").features_qnf
+  model = models.build("attncut", features.shape[-1], 16, seed=0,
+                       lstm_hidden=8, heads=2)
+  short = ranked.mask_qn[1].sum()
+  base = np.asarray(model(features[1:2], ranked.mask_qn[1:2]))[0, :short]
+  noisy = features[1:2].copy()
+  noisy[0, short:] = 123.0  # garbage in the padded tail
+  again = np.asarray(model(noisy, ranked.mask_qn[1:2]))[0, :short]
+  np.testing.assert_allclose(base, again, rtol=1e-5, atol=1e-5)
+
+
+def test_fully_masked_filler_lists_do_not_change_the_step():
+  ranked = _ranked()
+  data = train.arrays(ranked, "f1")
+  batch = data.take(np.array([0, 1, -1, -1]))
+  assert not batch["mask_bn"][2:].any() and batch["mask_bn"][:2].any()
+
+
+def test_cutoffs_rules():
+  mask = np.array([[True, True, True, False]])
+  logits = np.array([[0.0, 3.0, 1.0, 9.0]])
+  assert models.cutoffs(logits, mask, "positions")[0] == 2
+  end = np.array([[[1, 0], [1, 0], [0, 1], [0, 1]]], np.float32)
+  assert models.cutoffs(end, mask, "bicut")[0] == 2  # ends before rank 3
+  never = np.array([[[1, 0]] * 4], np.float32)
+  assert models.cutoffs(never, mask, "bicut")[0] == 3  # the whole list
+
+
+def test_checkpoint_round_trip(tmp_path):
+  ranked = _ranked()
+  data = train.arrays(ranked, "f1")
+  config = _config("attncut", "raml", epochs=1)  # the jit cache of the above
+  fitted, _ = train.fit(config, data)
+  checkpoint.save(str(tmp_path / "m"), fitted, config,
+                  data.features_qnf.shape[-1], 16)
+  loaded, loaded_config, header = checkpoint.load(str(tmp_path / "m"))
+  assert loaded_config.model == "attncut" and header["depth"] == 16
+  np.testing.assert_allclose(train.predict_logits(loaded, data),
+                             train.predict_logits(fitted, data), rtol=1e-6)
+
+
+def test_rewards_of_predicted_cutoffs_are_the_metric():
+  ranked = _ranked()
+  data = train.arrays(ranked, "dcg")
+  np.testing.assert_allclose(
+      data.rewards_qn, rewards.dcg_at_all_k(ranked.labels_qn, ranked.mask_qn))
