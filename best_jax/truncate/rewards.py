@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
+from best_jax.evaluate import metrics
+
 METRICS = ("f1", "dcg")
 
 
@@ -24,22 +26,9 @@ def _hits(labels_bn, mask_bn):
                     dtype=jnp.float32)
 
 
-def _fill_padding(values_bn, mask_bn):
-  """Carries the last real value into the padded tail."""
-  n = values_bn.shape[-1]
-  length = jnp.sum(mask_bn, axis=-1, keepdims=True)
-  last = jnp.take_along_axis(values_bn, jnp.maximum(length - 1, 0), axis=-1)
-  k = jnp.arange(1, n + 1)
-  return jnp.where(k <= length, values_bn, jnp.where(length > 0, last, 0.0))
-
-
 def f1_at_all_k(labels_bn, mask_bn):
   """F1@k for k = 1..N (recall over the relevant documents in the list)."""
-  hits = _hits(labels_bn, mask_bn)
-  n_relevant = hits[..., -1:]
-  k = jnp.arange(1, hits.shape[-1] + 1, dtype=jnp.float32)
-  f1 = 2.0 * hits / (k + n_relevant)
-  return _fill_padding(f1, mask_bn)
+  return metrics.truncation_f1_curve(labels_bn, where=mask_bn)
 
 
 def recall_at_all_k(labels_bn, mask_bn):
@@ -51,11 +40,7 @@ def recall_at_all_k(labels_bn, mask_bn):
 
 def dcg_at_all_k(labels_bn, mask_bn):
   """±1 DCG@k for k = 1..N (non-relevant documents count −1)."""
-  n = labels_bn.shape[-1]
-  gains = jnp.where(labels_bn, 1.0, -1.0) / jnp.log2(
-      jnp.arange(2, n + 2, dtype=jnp.float32))
-  gains = jnp.where(mask_bn, gains, 0.0)
-  return jnp.cumsum(gains, axis=-1)
+  return metrics.truncation_dcg_curve(labels_bn, where=mask_bn)
 
 
 def at_all_k(metric: str, labels_bn, mask_bn):
