@@ -23,3 +23,17 @@ test: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .pytest_cache
+
+# The README's main command: BeST vs FirstP/MaxP on the SQuAD long-document
+# benchmark, sized for a 2-core CPU (configs/squad_longdoc.py:runlocal).
+# SQuAD v1.1 comes from $BEST_JAX_SQUAD_JSON, else ../shared/data/squad/, else
+# dev-v1.1.json in the TFDS manual directory; when none is there, the command
+# says where to download it.
+DEMO_WORKDIR ?= runs/squad_runlocal
+SQUAD_JSON ?= $(firstword $(BEST_JAX_SQUAD_JSON) $(wildcard ../shared/data/squad/dev-v1.1.json))
+
+demo: $(STAMP)
+	$(if $(SQUAD_JSON),BEST_JAX_SQUAD_JSON=$(abspath $(SQUAD_JSON))) \
+	  $(BIN)/python -m best_jax train \
+	  --config configs/squad_longdoc.py:runlocal --workdir $(DEMO_WORKDIR)
+	$(BIN)/python -m best_jax explain --workdir $(DEMO_WORKDIR) --queries 3

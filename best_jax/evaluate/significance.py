@@ -45,12 +45,17 @@ def paired_test(per_query_a: Mapping[str, Mapping[str, float]],
     raise InputError("the two runs have no evaluated query in common")
   a = np.array([per_query_a[q][metric] for q in qids], dtype=np.float64)
   b = np.array([per_query_b[q][metric] for q in qids], dtype=np.float64)
-  t_p, w_p = _p_values(a, b)
+  t_p, w_p = paired_p_values(a, b)
   return PairedTest(metric, len(qids), float(a.mean()), float(b.mean()), t_p,
                     w_p)
 
 
-def _p_values(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
+def paired_p_values(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
+  """Two-sided (paired t-test, Wilcoxon signed-rank) p-values of `a - b`.
+
+  1.0 when every difference is 0; NaN for fewer than two queries.
+  """
+  a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
   differences = a - b
   if not np.any(differences):  # identical per query: no evidence of change
     return 1.0, 1.0
@@ -61,5 +66,10 @@ def _p_values(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
     warnings.simplefilter("ignore", RuntimeWarning)
     t_p = float(stats.ttest_rel(a, b).pvalue)
     # Zero differences are dropped (zero_method="wilcox"), as is usual in IR.
-    w_p = float(stats.wilcoxon(a, b, zero_method="wilcox").pvalue)
+    # Exact distribution for n <= 50 non-zero differences (scipy's limit),
+    # else the normal approximation; scipy's "auto" would fall back to a
+    # permutation test that takes minutes on a few dozen queries with zeros.
+    exact = np.count_nonzero(differences) <= 50
+    w_p = float(stats.wilcoxon(a, b, zero_method="wilcox",
+                               method="exact" if exact else "approx").pvalue)
   return t_p, w_p

@@ -1,0 +1,162 @@
+"""The experiment report: the paper's Table 1 and Table 2, and plots.
+
+Table 1: NDCG@10, MRR@10 and MAP of every run on the test queries, with
+paired t-tests against FirstP and BM25 (markers and p-values). Table 2:
+segment-selection P@1 of random, first-segment, BM25-best, MaxP and BeST per
+iteration, with each model's dev MRR@10. Plots: where the selected segments
+sit (per BeST iteration) and learning curves (loss, dev MRR).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from best_jax.data.files import atomic_write
+from best_jax.evaluate.significance import paired_p_values
+
+TABLE1 = (("ndcg_cut_10", "NDCG@10"), ("recip_rank_cut_10", "MRR@10"),
+          ("map", "MAP"))
+ALPHA = 0.05
+MARKS = {"BM25": "†", "FirstP": "‡", "bm25": "†", "firstp": "‡"}
+
+
+def paired_t_test(a: Sequence[float], b: Sequence[float]) -> float:
+  """Two-sided paired t-test p-value (from `paired_p_values`)."""
+  return paired_p_values(np.asarray(a), np.asarray(b))[0]
+
+
+def significance(per_query: Mapping[str, Mapping[str, Mapping[str, float]]],
+                 baselines: Sequence[str]) -> dict[str, dict[str, dict]]:
+  """`{run: {baseline: {metric: {t_test_p, delta, num_queries}}}}` over the
+  queries both runs were evaluated on."""
+  out = {}
+  for name, values in per_query.items():
+    for base in baselines:
+      if base == name or base not in per_query:
+        continue
+      qids = [q for q in values if q in per_query[base]]
+      for metric, _ in TABLE1:
+        a = [values[q][metric] for q in qids]
+        b = [per_query[base][q][metric] for q in qids]
+        out.setdefault(name, {}).setdefault(base, {})[metric] = {
+            "t_test_p": paired_t_test(a, b),
+            "delta": float(np.mean(a) - np.mean(b)) if qids else 0.0,
+            "num_queries": len(qids)}
+  return out
+
+
+def _p(value: float) -> str:
+  return "—" if value is None or math.isnan(value) else f"{value:.3f}"
+
+
+def table1(metrics: Mapping[str, Any]) -> str:
+  """Markdown Table 1 with significance markers and p-values (MRR@10)."""
+  means, sig = metrics["means"], metrics["significance"]
+  lines = [f"Table 1 — test queries: {metrics['test_queries']}, reranking the "
+           f"first-stage top {metrics['rerank_depth']}",
+           "| run | NDCG@10 | MRR@10 | MAP | p vs FirstP (MRR@10) | "
+           "p vs BM25 (MRR@10) |",
+           "| --- | --- | --- | --- | --- | --- |"]
+  for name, values in means.items():
+    cells = []
+    for metric, _ in TABLE1:
+      mark = ""
+      for base, symbol in MARKS.items():
+        test = sig.get(name, {}).get(base, {}).get(metric)
+        if test and test["t_test_p"] < ALPHA:
+          mark += symbol
+      cells.append(f"{values[metric]:.4f}{mark}")
+    tests = sig.get(name, {})
+    p_first = (tests.get("FirstP") or tests.get("firstp") or {}).get(
+        "recip_rank_cut_10", {})
+    p_bm25 = (tests.get("BM25") or tests.get("bm25") or {}).get(
+        "recip_rank_cut_10", {})
+    cells += [_p(p_first.get("t_test_p")), _p(p_bm25.get("t_test_p"))]
+    lines.append(f"| {name} | " + " | ".join(cells) + " |")
+  lines.append(f"† / ‡: paired t-test p < {ALPHA} against BM25 / FirstP "
+               "(per metric).")
+  return "\n".join(lines)
+
+
+def table2(metrics: Mapping[str, Any]) -> str:
+  """Markdown Table 2: segment P@1 (test) and dev MRR@10 per selector."""
+  p1, dev = metrics.get("segment_p_at_1", {}), metrics.get("dev_mrr", {})
+  if not p1:
+    return "Table 2 — no gold passages in this data: segment P@1 not measured"
+  lines = ["Table 2 — segment selection on the test (query, relevant "
+           "document) pairs: the top segment overlaps the gold passage",
+           "| selector | P@1 | dev MRR@10 |", "| --- | --- | --- |"]
+  for name, value in p1.items():
+    label = "BeST-0 (θ0, iteration 1)" if name == "BeST-0" else name
+    lines.append(f"| {label} | {value:.4f} | {_p(dev.get(name))} |")
+  return "\n".join(lines)
+
+
+def plot_positions(positions: Mapping[str, Sequence[int]], path: str) -> None:
+  """Histogram of the selected segment's index, one panel per iteration."""
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  items = [(k, v) for k, v in positions.items() if len(v)]
+  if not items:
+    return
+  fig, axes = plt.subplots(1, len(items), figsize=(3.2 * len(items), 2.8),
+                           squeeze=False)
+  for ax, (name, values) in zip(axes[0], items):
+    top = max(values) + 1
+    counts = [values.count(i) / len(values) for i in range(top)]
+    ax.bar(range(top), counts)
+    ax.set_title(name, fontsize=9)
+    ax.set_xlabel("selected segment index")
+  axes[0][0].set_ylabel("fraction of documents")
+  fig.tight_layout()
+  with atomic_write(path, "wb") as f:
+    fig.savefig(f, format="png", dpi=100)
+  plt.close(fig)
+
+
+def plot_learning_curves(histories: Mapping[str, Sequence[Mapping]],
+                         path: str) -> None:
+  """Training loss and dev MRR@10 against the step, one line per model."""
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  fig, (loss_ax, dev_ax) = plt.subplots(1, 2, figsize=(9, 3.2))
+  for name, history in histories.items():
+    losses = [(h["step"], h["loss"]) for h in history if "loss" in h]
+    if losses:
+      loss_ax.plot(*zip(*losses), label=name)
+    for key in sorted({k for h in history for k in h
+                       if k.startswith("dev_mrr")}):
+      devs = [(h["step"], h[key]) for h in history if key in h]
+      dev_ax.plot(*zip(*devs), marker="o",
+                  label=f"{name} ({key.removeprefix('dev_mrr_')})")
+  loss_ax.set_xlabel("step")
+  loss_ax.set_ylabel("training loss")
+  dev_ax.set_xlabel("step")
+  dev_ax.set_ylabel("dev MRR@10")
+  for ax in (loss_ax, dev_ax):
+    if ax.lines:
+      ax.legend(fontsize=7)
+  fig.tight_layout()
+  with atomic_write(path, "wb") as f:
+    fig.savefig(f, format="png", dpi=100)
+  plt.close(fig)
+
+
+def write_report(metrics: Mapping[str, Any], workdir: str) -> str:
+  """Writes results.md and the plots; returns the tables as text."""
+  text = table1(metrics) + "\n\n" + table2(metrics) + "\n"
+  with atomic_write(os.path.join(workdir, "results.md")) as f:
+    f.write(text)
+  os.makedirs(os.path.join(workdir, "plots"), exist_ok=True)
+  plot_positions(metrics.get("selected_positions", {}),
+                 os.path.join(workdir, "plots", "selected_positions.png"))
+  plot_learning_curves(metrics.get("histories", {}),
+                       os.path.join(workdir, "plots", "learning_curves.png"))
+  return text

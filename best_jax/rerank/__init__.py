@@ -1,0 +1,1 @@
+"""Reranking a first-stage run: segment-score aggregation and Birch."""

@@ -1,0 +1,100 @@
+"""Experiment outputs: reranked runs keep the first stage below, segment P@1,
+the paired t-test convention, and the tables."""
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from best_jax.evaluate import report
+from best_jax.evaluate import trec_eval
+from best_jax.train import experiment
+
+
+def test_full_run_puts_reranked_documents_above_the_rest():
+  first_stage = {"q": {"a": 9.0, "b": 8.0, "c": 7.0, "d": 6.0}}
+  reranked = {"q": {"b": -1.0, "a": -2.0}}   # the top 2, reordered
+  run = experiment._full_run(reranked, first_stage)
+  order = [d for d, _ in sorted(run["q"].items(), key=lambda x: -x[1])]
+  assert order == ["b", "a", "c", "d"]
+  means, _ = trec_eval.evaluate(run, {"q": {"a": 1}}, ["recip_rank"])
+  assert means["recip_rank"] == 0.5
+
+
+def test_segment_p_at_1_counts_overlap_with_gold():
+  spans = {("q1", "d"): [[0, 10], [10, 20]], ("q2", "e"): [[0, 5], [6, 9]]}
+  gold = {("q1", "d"): (12, 15), ("q2", "e"): (0, 3)}
+  assert experiment.segment_p_at_1({("q1", "d"): 1, ("q2", "e"): 1}, spans,
+                                   gold) == 0.5
+  assert experiment.segment_p_at_1({("q1", "d"): 1, ("q2", "e"): 0}, spans,
+                                   gold) == 1.0
+  assert not experiment.overlaps([0, 10], (10, 12))  # touching is not sharing
+
+
+def test_paired_t_test_matches_scipy_and_conventions():
+  a, b = [0.1, 0.5, 0.9, 0.4], [0.2, 0.1, 0.7, 0.1]
+  assert report.paired_t_test(a, b) == pytest.approx(
+      stats.ttest_rel(a, b).pvalue)
+  assert report.paired_t_test(a, a) == 1.0
+  assert np.isnan(report.paired_t_test([0.1], [0.2]))
+
+
+def test_tables_mark_significance_and_list_selectors():
+  per_query = {
+      "BM25": {str(i): {"ndcg_cut_10": 0.1, "recip_rank_cut_10": 0.1,
+                        "map": 0.1} for i in range(6)},
+      "FirstP": {str(i): {"ndcg_cut_10": 0.1 + 0.01 * (i % 2),
+                          "recip_rank_cut_10": 0.1, "map": 0.1}
+                 for i in range(6)},
+      "BeST-1": {str(i): {"ndcg_cut_10": 0.9 + 0.01 * (i % 3),
+                          "recip_rank_cut_10": 0.8 + 0.02 * (i % 2),
+                          "map": 0.7} for i in range(6)},
+  }
+  means = {n: {m: float(np.mean([v[m] for v in q.values()]))
+               for m in ("ndcg_cut_10", "recip_rank_cut_10", "map")}
+           for n, q in per_query.items()}
+  metrics = {"test_queries": 6, "rerank_depth": 5, "means": means,
+             "significance": report.significance(per_query,
+                                                 ("FirstP", "BM25")),
+             "segment_p_at_1": {"Random": 0.25, "BeST-1": 0.5},
+             "dev_mrr": {"BeST-1": 0.61}}
+  table1 = report.table1(metrics)
+  best_line = next(l for l in table1.splitlines() if l.startswith("| BeST-1"))
+  assert "†‡" in best_line          # significant against both baselines
+  bm25_line = next(l for l in table1.splitlines() if l.startswith("| BM25"))
+  assert "†" not in bm25_line and "‡" not in bm25_line
+  table2 = report.table2(metrics)
+  assert "| BeST-1 | 0.5000 | 0.610 |" in table2
+  assert "| Random | 0.2500 | — |" in table2
+
+
+def test_explain_highlights_the_best_segment(tmp_path):
+  import json
+  import os
+  from best_jax.data import trec
+  from best_jax.select import explain
+  text = "Alpha beta gamma. Delta epsilon zeta. Eta theta."
+  workdir = str(tmp_path)
+  os.makedirs(os.path.join(workdir, "segments"))
+  os.makedirs(os.path.join(workdir, "explain"))
+  with open(os.path.join(workdir, "metrics.json"), "w") as f:
+    json.dump({"dev_mrr": {"MaxP": 0.2, "BeST-1": 0.3, "BeST-2": 0.25}}, f)
+  with open(os.path.join(workdir, "segments", "BeST-1.json"), "w") as f:
+    json.dump([{"qid": "q", "docid": "d", "scores": [0.1, 2.0, 0.5],
+                "spans": [[0, 17], [18, 37], [38, 49]]},
+               {"qid": "q", "docid": "e", "scores": [0.0], "spans": [[0, 3]]}],
+              f)
+  trec.write_run({"q": {"d": 2.0, "e": 1.0}},
+                 os.path.join(workdir, "runs", "best-1.run"))
+  with open(os.path.join(workdir, "explain", "documents.json"), "w") as f:
+    json.dump({"documents": {"d": ["Title", text], "e": ["E", "abc"]},
+               "topics": {"q": "delta"}, "qrels": {"q": {"d": 1}},
+               "gold": {"q\td": [20, 30]}}, f)
+  model, records = explain.explanations(workdir)
+  assert model == "BeST-1"                      # best dev MRR of BeST
+  (r,) = records
+  assert (r["docid"], r["segment"], r["span"]) == ("d", 1, [18, 37])
+  page = explain.render_html(model, records)
+  # The selected segment is marked, the gold span [20, 30) underlined.
+  assert ("Gamma. <mark>De</mark><mark><u>lta epsilo</u></mark>"
+          "<mark>n zeta.</mark> Eta") in page.replace("gamma", "Gamma")
+  assert "[overlaps gold]" in explain.render_text(model, records)
