@@ -21,61 +21,25 @@ The literature's NDCG@20 on description queries (SPEC §8): BERT-FirstP
 the title queries (the only run here), as in Dai & Callan's reranking setup.
 """
 
+import importlib.util
 import os
 
 import ml_collections
 
-FIELD = "description"
+
+def _title_config():
+  """The sibling robust04_title.py module (same experiment, other field)."""
+  path = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                      "robust04_title.py")
+  spec = importlib.util.spec_from_file_location("robust04_title", path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   """`arg`: one test fold (s1 to s5); none runs all five and pools them."""
-  data_dir = os.environ.get("BEST_JAX_DATA", os.path.join(
-      os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared",
-      "data"))
-  robust = os.path.join(data_dir, "robust04")
-  config = ml_collections.ConfigDict()
-  config.seed = 0
-  config.data = ml_collections.ConfigDict(dict(
-      name="trec",
-      topics=os.path.join(robust, "topics.robust04.301-450.601-700.txt"),
-      qrels=os.path.join(robust, "qrels.robust2004.txt.gz"),
-      run=os.path.join(robust, "rob04_yang19_bm25rm3.top1000.run.gz"),
-      folds=os.path.join(robust, "rob04_yang19_folds.json"),
-      fold=arg or "s1",
-      cross_validate=not arg,  # No fold given: all five, pooled.
-      topic_field=FIELD,
-      depth=100,
-      corpus="",
-      ir_datasets="disks45/nocr/trec-robust-2004",
-      max_queries=None))
-  config.ranker = ml_collections.ConfigDict(dict(
-      tiny=False, checkpoint="minilm-l6", overrides=dict()))
-  config.model = ml_collections.ConfigDict()
-  config.segments = ml_collections.ConfigDict(dict(
-      max_len=512, max_query_len=64 if FIELD == "description" else 24,
-      max_title_len=24, min_len=96, k_train=4, max_segments=None,
-      train_lengths="uniform"))
-  config.mesh = ml_collections.ConfigDict(dict(
-      shape=(-1, 1), axis_names=("data", "model")))
-  config.logical_axis_rules = (
-      ("batch", "data"), ("vocab", "model"), ("mlp", "model"),
-      ("heads", "model"), ("embed", None), ("kv", None))
-  num_steps = 2000
-  config.optimizer = ml_collections.ConfigDict(dict(
-      learning_rate=2e-5, warmup_steps=200, total_steps=num_steps,
-      b1=0.9, b2=0.999, eps=1e-8, weight_decay=0.01, max_grad_norm=1.0))
-  config.train = ml_collections.ConfigDict(dict(
-      loss="sigmoid_cross_entropy", batch_size=8, group_size=11,
-      negatives_depth=100, num_steps=num_steps, accumulation_steps=1,
-      log_every=50, eval_every=250, patience=3, checkpoint_every=250,
-      max_to_keep=1))
-  config.regimes = ("firstp", "maxp", "best")
-  config.goldp = ml_collections.ConfigDict(dict(negatives="first"))
-  config.best = ml_collections.ConfigDict(dict(
-      max_iterations=4, pairing="same", select_with_dropout=False))
-  config.eval = ml_collections.ConfigDict(dict(
-      depth=100, aggregation="max", rows_per_call=256))
-  config.birch = ml_collections.ConfigDict(dict(
-      enabled=True, model="MaxP", k=3, folds=5, max_sentences=128))
+  config = _title_config().get_config(arg)
+  config.data.topic_field = "description"
+  config.segments.max_query_len = 64  # Description queries are longer.
   return config

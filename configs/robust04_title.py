@@ -24,8 +24,6 @@ import os
 
 import ml_collections
 
-FIELD = "title"
-
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   """`arg`: one test fold (s1 to s5); none runs all five and pools them."""
@@ -43,7 +41,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       folds=os.path.join(robust, "rob04_yang19_folds.json"),
       fold=arg or "s1",
       cross_validate=not arg,  # No fold given: all five, pooled.
-      topic_field=FIELD,
+      topic_field="title",
       depth=100,
       corpus="",
       ir_datasets="disks45/nocr/trec-robust-2004",
@@ -52,7 +50,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       tiny=False, checkpoint="minilm-l6", overrides=dict()))
   config.model = ml_collections.ConfigDict()
   config.segments = ml_collections.ConfigDict(dict(
-      max_len=512, max_query_len=64 if FIELD == "description" else 24,
+      max_len=512, max_query_len=24,
       max_title_len=24, min_len=96, k_train=4, max_segments=None,
       train_lengths="uniform"))
   config.mesh = ml_collections.ConfigDict(dict(

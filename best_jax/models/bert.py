@@ -153,7 +153,7 @@ def _layer_norm(config: BertConfig, rngs: nnx.Rngs) -> nnx.LayerNorm:
       rngs=rngs)
 
 
-def _dropout(x: jax.Array, rate: float, rngs: nnx.Rngs | None) -> jax.Array:
+def dropout(x: jax.Array, rate: float, rngs: nnx.Rngs | None) -> jax.Array:
   """Inverted dropout, active only when `rngs` is given."""
   if rngs is None or rate == 0.0:
     return x
@@ -211,7 +211,7 @@ class Embeddings(nnx.Module):
     types_bld = _lookup(self.token_type.embedding, token_type_ids_bl)
     x_bld = (words_bld.astype(dtype) + types_bld.astype(dtype)
              + self.position.embedding[:length].astype(dtype))
-    return _dropout(self.norm(x_bld), self.config.hidden_dropout, rngs)
+    return dropout(self.norm(x_bld), self.config.hidden_dropout, rngs)
 
 
 class SelfAttention(nnx.Module):
@@ -244,7 +244,7 @@ class SelfAttention(nnx.Module):
       context_blhd = jax.nn.dot_product_attention(
           q_blhd, k_blhd, v_blhd, mask=mask_bl[:, None, None, :])
     else:
-      context_blhd = _attention_with_dropout(q_blhd, k_blhd, v_blhd, mask_bl,
+      context_blhd = _attention_withdropout(q_blhd, k_blhd, v_blhd, mask_bl,
                                              dropout, rngs)
     return self.output(context_blhd,
                        out_sharding=_batch_sharded(context_blhd, 1))
@@ -288,7 +288,7 @@ def _blocked_attention(q_blhd, k_blhd, v_blhd, mask_bl, block: int,
       0, 2, 1, 3)
 
 
-def _attention_with_dropout(q_blhd, k_blhd, v_blhd, mask_bl, rate: float,
+def _attention_withdropout(q_blhd, k_blhd, v_blhd, mask_bl, rate: float,
                             rngs: nnx.Rngs) -> jax.Array:
   """Softmax attention (float32 softmax) with dropout on the probabilities."""
   scale = q_blhd.shape[-1] ** -0.5
@@ -297,7 +297,7 @@ def _attention_with_dropout(q_blhd, k_blhd, v_blhd, mask_bl, rate: float,
   logits_bhqk = jnp.where(mask_bl[:, None, None, :], logits_bhqk,
                           jnp.finfo(jnp.float32).min)
   probs_bhqk = jax.nn.softmax(logits_bhqk, axis=-1)
-  probs_bhqk = _dropout(probs_bhqk, rate, rngs).astype(v_blhd.dtype)
+  probs_bhqk = dropout(probs_bhqk, rate, rngs).astype(v_blhd.dtype)
   return jnp.einsum("bhqk,bkhd->bqhd", probs_bhqk, v_blhd)
 
 
@@ -316,11 +316,11 @@ class Layer(nnx.Module):
 
   def __call__(self, x_bld, mask_bl, rngs=None) -> jax.Array:
     rate = self.config.hidden_dropout
-    attended_bld = _dropout(self.attention(x_bld, mask_bl, rngs), rate, rngs)
+    attended_bld = dropout(self.attention(x_bld, mask_bl, rngs), rate, rngs)
     x_bld = self.attention_norm(x_bld + attended_bld)
     inner_blm = jax.nn.gelu(self.intermediate(x_bld), approximate=False)
     out_bld = self.output(inner_blm, out_sharding=_batch_sharded(inner_blm, 1))
-    out_bld = _dropout(out_bld, rate, rngs)
+    out_bld = dropout(out_bld, rate, rngs)
     return self.output_norm(x_bld + out_bld)
 
 

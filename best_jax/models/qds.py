@@ -24,7 +24,7 @@ from flax import nnx
 
 from best_jax.errors import InputError
 from best_jax.models import sparse_attention as sa
-from best_jax.models.bert import (BertConfig, Embeddings, Layer,
+from best_jax.models.bert import (BertConfig, dropout, Embeddings, Layer,
                                   SelfAttention)
 from best_jax.models.weights import load_encoder
 
@@ -102,11 +102,11 @@ class QdsLayer(Layer):
 
   def __call__(self, x_bld, mask_bl, global_bl, rngs=None) -> jax.Array:
     rate = self.config.hidden_dropout
-    attended_bld = _dropout(self.attention(x_bld, mask_bl, global_bl, rngs),
+    attended_bld = dropout(self.attention(x_bld, mask_bl, global_bl, rngs),
                             rate, rngs)
     x_bld = self.attention_norm(x_bld + attended_bld)
     inner_blm = jax.nn.gelu(self.intermediate(x_bld), approximate=False)
-    out_bld = _dropout(self.output(inner_blm), rate, rngs)
+    out_bld = dropout(self.output(inner_blm), rate, rngs)
     return self.output_norm(x_bld + out_bld)
 
 
@@ -181,8 +181,8 @@ class QdsRanker(nnx.Module):
     hidden_nld = self.encoder(flat(input_ids), mask_nl, flat(token_type_ids),
                               global_nl, rngs=rngs)
     rate = self.qds.head_dropout
-    pooled_nd = _dropout(hidden_nld[:, 0].astype(jnp.float32), rate, rngs)
-    pooled_nd = _dropout(jnp.tanh(self.dense(pooled_nd)), rate, rngs)
+    pooled_nd = dropout(hidden_nld[:, 0].astype(jnp.float32), rate, rngs)
+    pooled_nd = dropout(jnp.tanh(self.dense(pooled_nd)), rate, rngs)
     return self.out(pooled_nd)[:, 0].reshape(leading)
 
 
@@ -244,9 +244,3 @@ def _head_linear(out_features: int, config: BertConfig,
       rngs=rngs)
 
 
-def _dropout(x: jax.Array, rate: float, rngs: nnx.Rngs | None) -> jax.Array:
-  """Inverted dropout, active only when `rngs` is given (as in the BERT)."""
-  if rngs is None or rate == 0.0:
-    return x
-  keep = jax.random.bernoulli(rngs.dropout(), 1.0 - rate, x.shape)
-  return jnp.where(keep, x / (1.0 - rate), 0).astype(x.dtype)
