@@ -11,7 +11,7 @@ import argparse
 import importlib
 import sys
 
-from best_jax.errors import InputError
+from best_jax.errors import InputError, TrainingStopped
 
 # name -> (module, one-line help)
 COMMANDS = {
@@ -58,6 +58,9 @@ def main(argv: list[str] | None = None) -> int:
   except InputError as e:
     print(f"best_jax {args.command}: error: {e}", file=sys.stderr)
     return 2
+  except TrainingStopped as e:
+    print(f"best_jax {args.command}: stopped: {e}", file=sys.stderr)
+    return 1
   except KeyboardInterrupt:
     print(f"best_jax {args.command}: interrupted", file=sys.stderr)
     return 130

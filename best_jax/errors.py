@@ -21,3 +21,9 @@ class InputError(ValueError):
     if self.path is not None:
       where = self.path + (f":{line}" if line is not None else "") + ": "
     super().__init__(where + message)
+
+
+class TrainingStopped(RuntimeError):
+  """Training stopped on purpose (e.g. a non-finite loss); the message says
+  at which step and which checkpoint is intact. The command line prints it as
+  one line and exits with status 1."""

@@ -26,6 +26,7 @@ import jax
 import numpy as np
 import tqdm
 
+from best_jax.errors import TrainingStopped
 from best_jax.train.checkpoint import Checkpointer
 from best_jax.train.state import TrainState
 from best_jax.train.trainer import Trainer
@@ -35,7 +36,7 @@ logger = logging.getLogger(__name__)
 HostBatch = Mapping[str, np.ndarray]
 
 
-class NonFiniteLossError(RuntimeError):
+class NonFiniteLossError(TrainingStopped):
   """The loss or gradient became NaN/inf; training stopped."""
 
   def __init__(self, step: int, last_checkpoint: int | None,
