@@ -188,6 +188,17 @@ def _squad_longdoc(data: ml_collections.ConfigDict, workdir: str
     splits[split] = Split(topics, trec.read_qrels(path("qrels", "txt")),
                           trec.read_run(path("bm25", "run")),
                           _read_gold(path("gold", "jsonl")))
+  # The BM25 runs rank every split's documents (evaluation reranks them all),
+  # but training negatives must come from the train articles only: a dev or
+  # test document is never a training positive, so drawing it as a negative
+  # teaches a document prior ("held-out documents score low") that ranks the
+  # test queries' relevant documents, all from test articles, at the bottom.
+  train = splits["train"]
+  train_docs = {d for judged in train.qrels.values() for d in judged}
+  splits["train"] = Split(
+      train.topics, train.qrels,
+      {q: {d: s for d, s in r.items() if d in train_docs}
+       for q, r in train.run.items()}, train.gold)
   return ExperimentData(documents, splits)
 
 

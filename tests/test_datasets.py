@@ -1,0 +1,36 @@
+"""Training data must not leak held-out documents into the negatives."""
+
+import json
+
+import ml_collections
+
+from best_jax.train import datasets
+
+
+def _prepared_dir(tmp_path):
+  """A tiny prepared squad_longdoc directory: docs a (train), b (dev), c (test)."""
+  docs = {"a": "train article", "b": "dev article", "c": "test article"}
+  with open(tmp_path / "corpus.jsonl", "w") as f:
+    for docid, text in docs.items():
+      f.write(json.dumps({"id": docid, "title": "", "text": text}) + "\n")
+  (tmp_path / "stats.json").write_text("{}")
+  for split, qid, docid in (("train", "q1", "a"), ("dev", "q2", "b"),
+                            ("test", "q3", "c")):
+    (tmp_path / f"topics.{split}.tsv").write_text(f"{qid}\tquestion {qid}\n")
+    (tmp_path / f"qrels.{split}.txt").write_text(f"{qid} 0 {docid} 1\n")
+    # BM25 ranks the whole corpus, held-out documents first.
+    (tmp_path / f"bm25.{split}.run").write_text(
+        f"{qid} Q0 c 1 3.0 bm25\n{qid} Q0 b 2 2.0 bm25\n{qid} Q0 a 3 1.0 bm25\n")
+    (tmp_path / f"gold.{split}.jsonl").write_text(
+        json.dumps({"qid": qid, "docid": docid, "start": 0, "end": 5}) + "\n")
+  return str(tmp_path)
+
+
+def test_train_candidates_hold_only_train_documents(tmp_path):
+  config = ml_collections.ConfigDict(dict(name="squad_longdoc",
+                                          dir=_prepared_dir(tmp_path)))
+  data = datasets._squad_longdoc(config, str(tmp_path))
+  assert data.splits["train"].run == {"q1": {"a": 1.0}}
+  # Evaluation still reranks the whole corpus.
+  assert set(data.splits["test"].run["q3"]) == {"a", "b", "c"}
+  assert set(data.splits["dev"].run["q2"]) == {"a", "b", "c"}
