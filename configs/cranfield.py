@@ -15,6 +15,8 @@ import os
 
 import ml_collections
 
+from best_jax.train.sharding import STANDARD_LOGICAL_AXIS_RULES
+
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   """`arg`: None, or "runlocal" for a few CPU minutes."""
@@ -36,9 +38,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       min_len=32, k_train=4, max_segments=None, train_lengths="uniform"))
   config.mesh = ml_collections.ConfigDict(dict(
       shape=(-1, 1), axis_names=("data", "model")))
-  config.logical_axis_rules = (
-      ("batch", "data"), ("vocab", "model"), ("mlp", "model"),
-      ("heads", "model"), ("embed", None), ("kv", None))
+  config.logical_axis_rules = STANDARD_LOGICAL_AXIS_RULES
   num_steps = 30 if runlocal else 600
   config.optimizer = ml_collections.ConfigDict(dict(
       learning_rate=3e-5, warmup_steps=num_steps // 10, total_steps=num_steps,

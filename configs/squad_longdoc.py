@@ -27,6 +27,8 @@ from a measured run are in the README (they are noisy: ~30 test queries).
 
 import ml_collections
 
+from best_jax.train.sharding import STANDARD_LOGICAL_AXIS_RULES
+
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   """`arg`: None (full run) or "runlocal" (2-core CPU demo)."""
@@ -60,9 +62,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
 
   config.mesh = ml_collections.ConfigDict(dict(
       shape=(-1, 1), axis_names=("data", "model")))
-  config.logical_axis_rules = (
-      ("batch", "data"), ("vocab", "model"), ("mlp", "model"),
-      ("heads", "model"), ("embed", None), ("kv", None))
+  config.logical_axis_rules = STANDARD_LOGICAL_AXIS_RULES
 
   num_steps = 32 if runlocal else 4000
   config.optimizer = ml_collections.ConfigDict(dict(

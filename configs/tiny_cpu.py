@@ -19,6 +19,8 @@ checkpoints every 5 steps; rerunning the command resumes from the latest one.
 
 import ml_collections
 
+from best_jax.train.sharding import STANDARD_LOGICAL_AXIS_RULES
+
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   """Returns the tiny CPU configuration; `arg` is unused."""
@@ -34,14 +36,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # A -1 in the shape takes every remaining device.
   config.mesh = ml_collections.ConfigDict(dict(
       shape=(-1, 1), axis_names=("data", "model")))
-  config.logical_axis_rules = (
-      ("batch", "data"),
-      ("vocab", "model"),
-      ("mlp", "model"),
-      ("heads", "model"),
-      ("embed", None),
-      ("kv", None),
-  )
+  config.logical_axis_rules = STANDARD_LOGICAL_AXIS_RULES
 
   config.optimizer = ml_collections.ConfigDict(dict(
       learning_rate=1e-3,

@@ -26,6 +26,8 @@ import os
 
 import ml_collections
 
+from best_jax.train.sharding import STANDARD_LOGICAL_AXIS_RULES
+
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   del arg
@@ -53,9 +55,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       max_segments=None, train_lengths="uniform"))
   config.mesh = ml_collections.ConfigDict(dict(
       shape=(-1, 1), axis_names=("data", "model")))
-  config.logical_axis_rules = (
-      ("batch", "data"), ("vocab", "model"), ("mlp", "model"),
-      ("heads", "model"), ("embed", None), ("kv", None))
+  config.logical_axis_rules = STANDARD_LOGICAL_AXIS_RULES
   num_steps = 20000
   config.optimizer = ml_collections.ConfigDict(dict(
       learning_rate=2e-5, warmup_steps=2000, total_steps=num_steps,

@@ -29,6 +29,12 @@ Rules = Sequence[tuple[str, str | None]]
 # The logical name of the leading (example) axis of every batch array.
 BATCH_AXIS = "batch"
 
+# T5X's standard rules: data parallel over 'data', tensor parallel over
+# 'model'. Configs use these unless an experiment needs other rules.
+STANDARD_LOGICAL_AXIS_RULES = (
+    ("batch", "data"), ("vocab", "model"), ("mlp", "model"),
+    ("heads", "model"), ("embed", None), ("kv", None))
+
 
 def make_mesh(shape: Sequence[int], axis_names: Sequence[str],
               devices: Sequence[jax.Device] | None = None) -> jax.sharding.Mesh:
