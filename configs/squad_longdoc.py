@@ -31,9 +31,13 @@ from best_jax.train.sharding import STANDARD_LOGICAL_AXIS_RULES
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-  """`arg`: None (full run) or "runlocal" (2-core CPU demo)."""
-  if arg not in (None, "", "runlocal"):
-    raise ValueError(f"unknown config argument {arg!r}; use :runlocal or none")
+  """`arg`: None (full run), "runlocal" (2-core CPU demo) or "cpu" (the
+  largest comparison of every regime that fits an hour of a 2-core CPU)."""
+  if arg not in (None, "", "runlocal", "cpu"):
+    raise ValueError(f"unknown config argument {arg!r}; use :runlocal, :cpu "
+                     "or none")
+  if arg == "cpu":
+    return _cpu(get_config("runlocal"))
   runlocal = arg == "runlocal"
   config = ml_collections.ConfigDict()
   config.seed = 0
@@ -97,4 +101,23 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       rows_per_call=32 if runlocal else 256))
   config.birch = ml_collections.ConfigDict(dict(
       enabled=not runlocal, model="MaxP", k=3, folds=5, max_sentences=64))
+  return config
+
+
+def _cpu(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """runlocal's model and segments, 4x the training steps, 40 test queries,
+  every regime (GoldP, BeST iterations 1-3 with θ0's row) and Birch."""
+  num_steps = 128
+  config.data.max_queries = dict(train=400, dev=10, test=40)
+  config.optimizer.total_steps = num_steps
+  config.optimizer.warmup_steps = 12
+  config.train.num_steps = num_steps
+  config.train.eval_every = 32
+  config.train.checkpoint_every = 32
+  config.train.log_every = 16
+  config.regimes = ("firstp", "maxp", "goldp", "best")
+  config.best.max_iterations = 3
+  config.best.evaluate_theta0 = True
+  config.birch.enabled = True
+  config.birch.max_sentences = 24
   return config

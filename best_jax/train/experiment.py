@@ -523,11 +523,37 @@ def _birch(exp: Experiment, models, bm25_run: trec.Run) -> dict[str, trec.Run]:
   """Birch over the test queries: sentence scores from `config.birch.model`,
   weights fitted by k-fold cross-validation within the test queries."""
   from best_jax.rerank import birch  # pylint: disable=g-import-not-at-top
+  cfg = exp.config.birch
+  name = cfg.model if cfg.model in models else next(iter(models))
+  path = exp._path("birch_features.json")
+  if os.path.isfile(path):  # A resumed experiment keeps its sentence scores.
+    with open(path, encoding="utf-8") as f:
+      features = {q: birch.QueryFeatures(tuple(v["docids"]),
+                                         np.asarray(v["features"]))
+                  for q, v in json.load(f).items()}
+  else:
+    features = _birch_features(exp, models[name][0], bm25_run)
+    # Kept for cross-validation, which refits the weights across folds.
+    with atomic_write(path) as f:
+      json.dump({q: {"docids": list(v.docids),
+                     "features": v.features_dk.tolist()}
+                 for q, v in features.items()}, f)
+  qids = sorted(features)
+  rng = np.random.default_rng(exp.config.seed)
+  order = [qids[i] for i in rng.permutation(len(qids))]
+  folds = {f"fold{i + 1}": order[i::cfg.folds] for i in range(cfg.folds)}
+  heldout, fitted = birch.cross_validate(features, exp.data.splits["test"].qrels,
+                                         folds)
+  exp.log(f"birch ({name} sentences): weights per fold {fitted}")
+  return {"Birch": _full_run(heldout, bm25_run)}
+
+
+def _birch_features(exp: Experiment, params, bm25_run: trec.Run):
+  """`[S_doc, S_1..S_k]` of every test candidate, sentences scored by `params`."""
+  from best_jax.rerank import birch  # pylint: disable=g-import-not-at-top
   from best_jax.segments.config import SegmenterConfig  # pylint: disable=g-import-not-at-top
   from best_jax.segments.segmenter import Segmenter  # pylint: disable=g-import-not-at-top
   cfg = exp.config.birch
-  name = cfg.model if cfg.model in models else next(iter(models))
-  params = models[name][0]
   seg_config = SegmenterConfig(**dict(exp.config.segments.to_dict(),
                                       unit="sentence"))
   sentencer = Segmenter(seg_config, tokenizer=exp.tokenizer)
@@ -544,17 +570,4 @@ def _birch(exp: Experiment, models, bm25_run: trec.Run) -> dict[str, trec.Run]:
     sentence_scores.setdefault(q, {})[d] = list(s)
   first_stage = {q: {d: bm25_run[q][d] for d in ds}
                  for q, ds in exp.candidates["test"].items()}
-  features = birch.features(first_stage, sentence_scores, k=cfg.k)
-  # Kept for cross-validation, which refits the weights across folds.
-  with atomic_write(exp._path("birch_features.json")) as f:
-    json.dump({q: {"docids": list(v.docids),
-                   "features": v.features_dk.tolist()}
-               for q, v in features.items()}, f)
-  qids = sorted(features)
-  rng = np.random.default_rng(exp.config.seed)
-  order = [qids[i] for i in rng.permutation(len(qids))]
-  folds = {f"fold{i + 1}": order[i::cfg.folds] for i in range(cfg.folds)}
-  heldout, fitted = birch.cross_validate(features, exp.data.splits["test"].qrels,
-                                         folds)
-  exp.log(f"birch ({name} sentences): weights per fold {fitted}")
-  return {"Birch": _full_run(heldout, bm25_run)}
+  return birch.features(first_stage, sentence_scores, k=cfg.k)
