@@ -13,7 +13,7 @@ length n. Waste = 1 − useful ÷ computed, for:
 
 - dense: every `[D, S, L]` row is encoded (padded segments included);
 - gathered: only valid segments, in chunks of `--chunk` rows with the last
-  chunk padded (`best_jax.select.scoring.SegmentScorer`);
+  chunk padded (`best_jax.select.selection.SegmentScorer`);
 - gathered + length buckets (not implemented, a what-if): valid rows sorted by
   length, each chunk cut to its longest row rounded up to `--bucket`.
 """

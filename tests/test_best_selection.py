@@ -24,34 +24,24 @@ def test_masked_argmax_ignores_padding_and_all_padded_rows():
   assert not jnp.any(jnp.isnan(index.astype(jnp.float32)))
 
 
-class _Store:
-  """A fake SegmentStore: doc 'a' has 3 segments, 'b' 1, padded to 4."""
-  def __init__(self):
-    self.counts = {"a": 3, "b": 1}
-
-    class Seg:
-      tokens_dsl = np.zeros((2, 4, 5), np.int32)
-    self.segments = Seg()
+class _Source:
+  """A fake row source: doc 'a' has 3 segments, 'b' 1."""
+  counts = {"a": 3, "b": 1}
 
   def num_segments(self, docid):
     return self.counts[docid]
 
-  def segment(self, docid, index):
-    assert index < self.counts[docid], "a padded segment was scored"
-    tokens = np.full(5, 10 * (docid == "a") + index, np.int32)
-    return tokens, np.ones(5, bool)
+  def inputs(self, rows):
+    for (_, docid), index in rows:
+      assert index < self.counts[docid], "a padded segment was scored"
+    return {"tokens": np.array([10 * (d == "a") + s for (_, d), s in rows])}
 
 
 def test_scorer_scores_only_valid_segments_in_fixed_chunks():
-  calls = []
-
   def score_rows(params, inputs):
-    calls.append(len(inputs["tokens"]))
-    return inputs["tokens"][:, 0].astype(float) * params
+    return inputs["tokens"].astype(float) * params
 
-  pack = lambda qids, tokens, mask: {"tokens": tokens}
-  scorer = selection.SegmentScorer(score_rows, pack, _Store(),
-                                   rows_per_call=2)
+  scorer = selection.SegmentScorer(score_rows, _Source(), rows_per_call=2)
   scores = scorer.score(2.0, [("q", "a"), ("q", "b")])
   np.testing.assert_allclose(scores[("q", "a")], [20.0, 22.0, 24.0])
   np.testing.assert_allclose(scores[("q", "b")], [0.0])

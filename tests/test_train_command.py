@@ -105,3 +105,40 @@ def test_train_end_to_end_resume_and_pretrained_restarts(tmp_path,
     again = json.load(f)["means"]["BeST-2"]
   for metric, value in first.items():
     assert again[metric] == pytest.approx(value, abs=1e-6), metric
+
+
+def test_qds_regime_joins_the_experiment(tmp_path, monkeypatch):
+  """`qds` trains through the same entry point on the shared schedule, gets
+  a test run, a Table 1 row tested against the BeST iteration chosen on dev,
+  no segment-selection row, and a finished stage that a rerun loads."""
+  starts = {}
+  run_iteration = best_lib.run_iteration
+
+  def spy_iteration(name, states, *args, **kwargs):
+    starts[name] = states
+    return run_iteration(name, states, *args, **kwargs)
+
+  monkeypatch.setattr(best_lib, "run_iteration", spy_iteration)
+  workdir = str(tmp_path / "w")
+  argv = ["train", "--config", "configs/tiny_cpu.py", "--workdir", workdir,
+          "--config.regimes=['firstp','best','qds']",
+          "--config.best.max_iterations=1", "--config.birch.enabled=False"]
+  assert cli.main(argv + ARGS[:3] + ARGS[4:]) == 0
+  qds_batch = starts["qds"][0].params["encoder"]["embeddings"]["position"]
+  assert qds_batch["embedding"].shape[0] == 96  # config.qds.max_len rows
+  run = trec.read_run(os.path.join(workdir, "runs", "qds.run"))
+  assert len(run) == 8
+  with open(os.path.join(workdir, "metrics.json")) as f:
+    metrics = json.load(f)
+  assert metrics["selected_best"] == "BeST-1"
+  assert "QDS" in metrics["means"] and "QDS" not in metrics["segment_p_at_1"]
+  assert metrics["significance"]["QDS"]["BeST-1"]["recip_rank_cut_10"][
+      "num_queries"] == 8
+  table = open(os.path.join(workdir, "results.md")).read()
+  assert "p vs BeST-1" in table and "| QDS |" in table
+  with open(os.path.join(workdir, "segments", "QDS.json")) as f:
+    records = json.load(f)
+  assert all(len(r["scores"]) == 1 for r in records)  # one row per document
+  starts.clear()
+  assert cli.main(argv + ARGS[:3] + ARGS[4:]) == 0
+  assert not starts  # every stage, QDS included, was loaded

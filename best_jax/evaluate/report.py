@@ -57,11 +57,15 @@ def _p(value: float) -> str:
 def table1(metrics: Mapping[str, Any]) -> str:
   """Markdown Table 1 with significance markers and p-values (MRR@10)."""
   means, sig = metrics["means"], metrics["significance"]
+  # With a selected BeST iteration (the best on dev), a third column tests
+  # every other run against it (e.g. QDS vs BeST).
+  best = metrics.get("selected_best")
+  extra = f" p vs {best} (MRR@10) |" if best else ""
   lines = [f"Table 1 — test queries: {metrics['test_queries']}, reranking the "
            f"first-stage top {metrics['rerank_depth']}",
            "| run | NDCG@10 | MRR@10 | MAP | p vs FirstP (MRR@10) | "
-           "p vs BM25 (MRR@10) |",
-           "| --- | --- | --- | --- | --- | --- |"]
+           "p vs BM25 (MRR@10) |" + extra,
+           "| --- | --- | --- | --- | --- | --- |" + (" --- |" if best else "")]
   for name, values in means.items():
     cells = []
     for metric, _ in TABLE1:
@@ -77,6 +81,9 @@ def table1(metrics: Mapping[str, Any]) -> str:
     p_bm25 = (tests.get("BM25") or tests.get("bm25") or {}).get(
         "recip_rank_cut_10", {})
     cells += [_p(p_first.get("t_test_p")), _p(p_bm25.get("t_test_p"))]
+    if best:
+      cells.append(_p(tests.get(best, {}).get("recip_rank_cut_10", {}).get(
+          "t_test_p")))
     lines.append(f"| {name} | " + " | ".join(cells) + " |")
   lines.append(f"† / ‡: paired t-test p < {ALPHA} against BM25 / FirstP "
                "(per metric).")

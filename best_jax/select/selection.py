@@ -44,17 +44,18 @@ class SegmentScorer:
   Args:
     score_rows: `(params, inputs [rows, L]) -> scores [rows]` for exactly
       `rows_per_call` rows (e.g. `functools.partial(trainer.score,
-      size=rows_per_call)`).
-    pack: `(qids, tokens [n, Lc], mask [n, Lc]) -> model inputs [n, L]`.
-    store: a `batches.SegmentStore` with the documents' segments.
+      size=rows_per_call)`), so that every call has one shape and nothing
+      recompiles; the last chunk is padded by `score_rows`, never dropped.
+    source: where rows come from: `num_segments(docid) -> int` (valid
+      segments only; padding is never scored) and `inputs([((qid, docid),
+      segment), ...]) -> model inputs [n, L]` (e.g. `batches.SegmentRows`;
+      a QDS document is one "segment").
     rows_per_call: rows per model call (a multiple of the batch sharding).
   """
 
-  def __init__(self, score_rows: Callable, pack: Callable, store,
-               rows_per_call: int):
+  def __init__(self, score_rows: Callable, source, rows_per_call: int):
     self._score_rows = score_rows
-    self._pack = pack
-    self._store = store
+    self.source = source
     self.rows_per_call = rows_per_call
 
   def score(self, params, pairs: Sequence[Pair], *,
@@ -66,23 +67,16 @@ class SegmentScorer:
     """
     rows = []
     for pair in pairs:
-      count = self._store.num_segments(pair[1])
+      count = self.source.num_segments(pair[1])
       if max_segments is not None:
         count = min(count, max_segments)
       rows.extend((pair, s) for s in range(count))
     out = {pair: [] for pair in pairs}
     chunk = self.rows_per_call
-    seg = self._store.segments
-    length = seg.tokens_dsl.shape[-1]
     for start in tqdm(range(0, len(rows), chunk), desc=desc, unit="batch",
                       leave=False, mininterval=2.0):
       part = rows[start:start + chunk]
-      tokens = np.zeros((len(part), length), np.int32)
-      mask = np.zeros((len(part), length), bool)
-      for i, ((_, docid), s) in enumerate(part):
-        tokens[i], mask[i] = self._store.segment(docid, s)
-      inputs = self._pack([qid for (qid, _), _ in part], tokens, mask)
-      scores = self._score_rows(params, inputs)
+      scores = self._score_rows(params, self.source.inputs(part))
       for ((pair, _), value) in zip(part, scores):
         out[pair].append(float(value))
     return {pair: np.asarray(v, np.float64) for pair, v in out.items()}

@@ -72,6 +72,29 @@ class SegmentStore:
     return self.segments.spans_ds2[row, :self.num_segments(docid)]
 
 
+@dataclasses.dataclass(frozen=True)
+class SegmentRows:
+  """Model rows of (query, document segment) pairs for a `SegmentScorer`:
+  `[CLS] query [SEP] title segment [SEP]`, one row per segment."""
+  store: SegmentStore
+  queries: QueryStore
+  segmenter: Segmenter
+
+  def num_segments(self, docid: str) -> int:
+    return self.store.num_segments(docid)
+
+  def inputs(self, rows: Sequence[tuple[tuple[str, str], int]]
+             ) -> dict[str, np.ndarray]:
+    """`[N, L]` model inputs of N `((qid, docid), segment)` rows."""
+    length = self.store.segments.tokens_dsl.shape[-1]
+    tokens = np.zeros((len(rows), length), np.int32)
+    mask = np.zeros((len(rows), length), bool)
+    for i, ((_, docid), index) in enumerate(rows):
+      tokens[i], mask[i] = self.store.segment(docid, index)
+    return _pack(self.queries, [qid for (qid, _), _ in rows], tokens, mask,
+                 self.segmenter)
+
+
 def gold_segment(spans_s2: np.ndarray, gold: tuple[int, int]) -> int:
   """The segment that overlaps the gold span `[start, end)` the most.
 

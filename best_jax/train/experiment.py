@@ -19,6 +19,7 @@ interrupted iteration continues from its latest checkpoint.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import os
@@ -44,6 +45,15 @@ from best_jax.train import regimes
 DEV_METRIC = "recip_rank_cut_10"
 TEST_METRICS = ("ndcg_cut_10", "recip_rank_cut_10", "map", "ndcg_cut_20",
                 "P_20", "recip_rank")
+
+
+@dataclasses.dataclass(frozen=True)
+class QdsParts:
+  """The QDS regime's model: trainer, pretrained params, scorer of its rows
+  (`scorer.source` is a `qds_rows.QdsRows`)."""
+  trainer: Any
+  pretrained: Any
+  scorer: selection.SegmentScorer
 
 
 class Experiment:
@@ -123,11 +133,9 @@ class Experiment:
     rows = e.rows_per_call
     rows -= rows % self.trainer.batch_multiple or 0
     rows = max(rows, self.trainer.batch_multiple)
-    score_rows = functools.partial(self.trainer.score, size=rows)
-    self.full_scorer = selection.SegmentScorer(score_rows, self._pack,
-                                               self.full_store, rows)
-    self.train_scorer = selection.SegmentScorer(score_rows, self._pack,
-                                                self.train_store, rows)
+    self.full_scorer = self._scorer(self.trainer, self.full_store, rows)
+    self.train_scorer = self._scorer(self.trainer, self.train_store, rows)
+    self._qds = None  # Built on first use (`qds_parts`).
 
   # ------------------------------------------------------------------ helpers
 
@@ -142,26 +150,29 @@ class Experiment:
     os.makedirs(os.path.dirname(path), exist_ok=True)
     return path
 
-  def _pack(self, qids, tokens_nl, mask_nl) -> dict[str, np.ndarray]:
-    ids_nq, qmask_nq = self.queries.rows(qids)
-    from best_jax.segments.packing import pack_inputs  # pylint: disable=g-import-not-at-top
-    return pack_inputs(ids_nq, qmask_nq, tokens_nl, mask_nl,
-                       config=self.segmenter.config,
-                       special=self.segmenter.special)
+  def _scorer(self, trainer, store: batches_lib.SegmentStore,
+              rows: int) -> selection.SegmentScorer:
+    """Scores `store`'s segments with `trainer`'s model, `rows` per call."""
+    return selection.SegmentScorer(
+        functools.partial(trainer.score, size=rows),
+        batches_lib.SegmentRows(store, self.queries, self.segmenter), rows)
 
   def fresh_state(self, seed: int):
     """A TrainState starting from the pretrained weights (never from θ⁽ⁿ⁾)."""
     return self.trainer.init_from_params(
         jax.tree.map(np.array, self.pretrained), seed)
 
-  def dev_evaluator(self, aggregations: tuple[str, ...]):
-    """`params -> {aggregation: dev MRR@10}` over the dev candidates."""
+  def dev_evaluator(self, aggregations: tuple[str, ...],
+                    scorer: selection.SegmentScorer | None = None):
+    """`params -> {aggregation: dev MRR@10}` over the dev candidates
+    (segments scored by `scorer`, default the cross-encoder's)."""
+    scorer = scorer or self.full_scorer
     dev = self.data.splits["dev"]
     pairs = [(q, d) for q, ds in self.candidates["dev"].items() for d in ds]
     first_only = aggregations == ("first",)
 
     def evaluate(params) -> dict[str, float]:
-      scores = self.full_scorer.score(params, pairs, desc="dev",
+      scores = scorer.score(params, pairs, desc="dev",
                                       max_segments=1 if first_only else None)
       out = {}
       for agg in aggregations:
@@ -176,17 +187,20 @@ class Experiment:
   def _stage_dir(self, name: str) -> str:
     return self._path("stages", name, "x")[:-2]
 
-  def _load_stage(self, name: str):
+  def _load_stage(self, name: str, like=None):
+    """The finished stage `name` (params shaped like `like`, default the
+    pretrained cross-encoder's), or None."""
+    like = self.pretrained if like is None else like
     summary = os.path.join(self._stage_dir(name), "summary.json")
     if not os.path.isfile(summary):
       return None
     with open(summary, encoding="utf-8") as f:
       info = json.load(f)
     params = {key: ckpt_lib.load_params(
-        os.path.join(self._stage_dir(name), f"params_{key}"), self.pretrained)
+        os.path.join(self._stage_dir(name), f"params_{key}"), like)
               for key in info["best_dev"]}
     final = tuple(ckpt_lib.load_params(
-        os.path.join(self._stage_dir(name), f"final_{i}"), self.pretrained)
+        os.path.join(self._stage_dir(name), f"final_{i}"), like)
                   for i in range(info.get("num_final", 0)))
     self.log(f"{name}: loaded finished stage (dev {info['best_dev']})")
     return best_lib.IterationResult(name, params, info["best_step"],
@@ -231,19 +245,27 @@ class Experiment:
           groups, choice, segmenter=self.segmenter, queries=self.queries,
           train_store=store, gold_store=self.full_store, gold=train.gold))
 
+    seed = config.seed + 1000 * (len(name) + sum(map(ord, name)))
+    return self._run_stage(name, (self.fresh_state(seed),),
+                           self.trainer.train_step, batch_fn,
+                           self.dev_evaluator(aggregations))
+
+  def _run_stage(self, name: str, states, step, batch_fn, evaluate, *,
+                 keep_final: bool = False) -> best_lib.IterationResult:
+    """Trains `states` with `step` on `batch_fn(i)`, early-stopped and
+    model-selected by `evaluate`, resumable; saves the finished stage."""
+    t = self.config.train
     checkpoint = ckpt_lib.IterationCheckpoint(
         self._path("checkpoints", name, "x")[:-2],
         max_to_keep=t.get("max_to_keep", 1))
-    seed = config.seed + 1000 * (len(name) + sum(map(ord, name)))
     started = time.time()
     result = best_lib.run_iteration(
-        name, (self.fresh_state(seed),), self.trainer.train_step, batch_fn,
-        num_steps=t.num_steps, evaluate=self.dev_evaluator(aggregations),
-        eval_every=t.eval_every, patience=t.patience, log_every=t.log_every,
-        checkpoint=checkpoint, log=self.log)
+        name, states, step, batch_fn, num_steps=t.num_steps,
+        evaluate=evaluate, eval_every=t.eval_every, patience=t.patience,
+        log_every=t.log_every, checkpoint=checkpoint, log=self.log)
     checkpoint.close()
     self.timings[f"train {name}"] = time.time() - started
-    self._save_stage(result)
+    self._save_stage(result, keep_final=keep_final)
     return result
 
   def train_best_iteration1(self) -> best_lib.IterationResult:
@@ -262,21 +284,34 @@ class Experiment:
           self.schedule[i], segmenter=self.segmenter, queries=self.queries,
           train_store=self.train_store))
 
-    checkpoint = ckpt_lib.IterationCheckpoint(
-        self._path("checkpoints", name, "x")[:-2],
-        max_to_keep=t.get("max_to_keep", 1))
     states = (self.fresh_state(config.seed + 10),
               self.fresh_state(config.seed + 11))
-    started = time.time()
-    result = best_lib.run_iteration(
-        name, states, step, batch_fn, num_steps=t.num_steps,
-        evaluate=self.dev_evaluator((config.eval.aggregation,)),
-        eval_every=t.eval_every, patience=t.patience, log_every=t.log_every,
-        checkpoint=checkpoint, log=self.log)
-    checkpoint.close()
-    self.timings[f"train {name}"] = time.time() - started
-    self._save_stage(result, keep_final=True)
-    return result
+    return self._run_stage(name, states, step, batch_fn,
+                           self.dev_evaluator((config.eval.aggregation,)),
+                           keep_final=True)
+
+  def qds_parts(self) -> QdsParts:
+    """The QDS-Transformer's trainer, pretrained params and row scorer."""
+    if self._qds is None:
+      self._qds = _qds_parts(self)
+    return self._qds
+
+  def train_qds(self) -> best_lib.IterationResult:
+    """The QDS-Transformer on the shared schedule, one row per document,
+    from the pretrained encoder (positions extended), selected on dev MRR."""
+    parts = self.qds_parts()
+    done = self._load_stage("qds", like=parts.pretrained)
+    if done is not None:
+      return done
+    trainer = parts.trainer
+
+    def batch_fn(step):
+      return trainer.put(parts.scorer.source.batch(self.schedule[step]))
+
+    state = trainer.init_from_params(
+        jax.tree.map(np.array, parts.pretrained), self.config.seed + 20)
+    return self._run_stage("qds", (state,), trainer.train_step, batch_fn,
+                           self.dev_evaluator(("first",), parts.scorer))
 
   def select(self, params, name: str) -> dict[tuple[str, str], int]:
     """The frozen model's argmax over every training pair's segments."""
@@ -297,25 +332,83 @@ class Experiment:
 
   # -------------------------------------------------------------- evaluation
 
-  def test_scores(self, params, name: str, max_segments: int | None = None
+  def test_scores(self, params, name: str, max_segments: int | None = None,
+                  scorer: selection.SegmentScorer | None = None
                   ) -> dict[tuple[str, str], np.ndarray]:
     """Scores of every segment of the test pairs (cached in segments/);
-    `max_segments=1` scores first segments only (FirstP)."""
+    `max_segments=1` scores first segments only (FirstP). With another
+    `scorer` than the cross-encoder's (QDS), a "segment" is the document."""
     path = self._path("segments", f"{name}.json")
     if os.path.isfile(path):
       with open(path, encoding="utf-8") as f:
         saved = json.load(f)
       return {(r["qid"], r["docid"]): np.asarray(r["scores"])
               for r in saved}
-    scores = self.full_scorer.score(params, self.pairs["test"],
-                                    max_segments=max_segments,
-                                    desc=f"test ({name})")
+    whole = scorer is not None
+    scores = (scorer or self.full_scorer).score(
+        params, self.pairs["test"], max_segments=max_segments,
+        desc=f"test ({name})")
     records = [{"qid": q, "docid": d, "scores": list(map(float, s)),
-                "spans": self.full_store.spans(d).tolist()[:len(s)]}
+                "spans": ([[0, len(self.data.documents[d][1])]] if whole
+                          else self.full_store.spans(d).tolist()[:len(s)])}
                for (q, d), s in scores.items()]
     with atomic_write(path) as f:
       json.dump(records, f)
     return scores
+
+
+def _qds_parts(exp: Experiment) -> QdsParts:
+  """Builds the QDS-Transformer of `config.qds` (SPEC §4) over the
+  experiment's tokenizer, queries and documents."""
+  from best_jax.models import BertConfig, pretrained  # pylint: disable=g-import-not-at-top
+  from best_jax.models.qds import QdsConfig, QdsRanker, load_qds_ranker  # pylint: disable=g-import-not-at-top
+  from best_jax.segments.qds_inputs import QdsInputConfig  # pylint: disable=g-import-not-at-top
+  from best_jax.train.qds_rows import QdsRows  # pylint: disable=g-import-not-at-top
+  from best_jax.train.state import split_params  # pylint: disable=g-import-not-at-top
+  from best_jax.train.trainer import build_trainer  # pylint: disable=g-import-not-at-top
+  config, c = exp.config, exp.config.qds
+  inputs = QdsInputConfig(
+      max_len=c.max_len, max_sentences=c.max_sentences,
+      max_query_len=c.get("max_query_len", config.segments.max_query_len))
+  # Every global token of a row gets a slot: no query or sentence-start
+  # token is ever left out of the global set.
+  qds = QdsConfig(window=c.window, pattern=c.pattern,
+                  max_global=inputs.max_global(),
+                  first_tokens=c.get("first_tokens", 64),
+                  head_dropout=c.get("head_dropout", 0.1),
+                  sentence_start_id=exp.segmenter.special.cls_id)
+  overrides = dict(config.ranker.get("overrides", {}) or {})
+  positions = c.max_len
+  rngs = nnx.Rngs(config.seed + 20)
+  if config.ranker.get("tiny"):
+    model = QdsRanker(BertConfig.tiny(**dict(
+        overrides, max_position_embeddings=positions)), qds, rngs=rngs)
+  else:
+    model = load_qds_ranker(
+        pretrained.checkpoint_dir(config.ranker.get("checkpoint")
+                                  or pretrained.MINILM),
+        qds, rngs=rngs, max_positions=positions, **overrides)
+  model_config = model.config
+  _, params = split_params(model)
+  trainer_config = ml_collections.ConfigDict(config.to_dict())
+  trainer_config.optimizer.learning_rate = c.learning_rate
+  trainer_config.optimizer.total_steps = config.train.num_steps
+  trainer_config.optimizer.warmup_steps = min(
+      config.optimizer.warmup_steps, config.train.num_steps)
+  trainer_config.train.loss = c.loss
+  trainer = build_trainer(
+      lambda rngs: QdsRanker(model_config, qds, rngs=rngs), trainer_config)
+  docids = sorted(set(exp.train_store.index) | set(exp.full_store.index))
+  rows = QdsRows.build(exp.segmenter, exp.data.documents, docids, exp.queries,
+                       inputs)
+  per_call = c.rows_per_call
+  per_call = max(per_call - per_call % trainer.batch_multiple,
+                 trainer.batch_multiple)
+  scorer = selection.SegmentScorer(
+      functools.partial(trainer.score, size=per_call), rows, per_call)
+  exp.log(f"QDS: {inputs.max_len}-token rows, window ±{qds.window}, "
+          f"{qds.max_global} global slots, {len(docids)} documents")
+  return QdsParts(trainer, best_lib.to_host(params), scorer)
 
 
 def _pretrained(config, checkpoint: str):
@@ -374,16 +467,19 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str
   Returns the metrics dict also written to `workdir/metrics.json`.
   """
   from best_jax.evaluate import report  # pylint: disable=g-import-not-at-top
+  wanted = tuple(config.regimes)
+  for regime in wanted:
+    if regime not in regimes.REGIMES:
+      raise ValueError(f"unknown regime {regime!r}; one of {regimes.REGIMES}")
+  if "qds" in wanted and "qds" not in config:
+    raise ValueError("the qds regime needs a config.qds section (see "
+                     "configs/qds_squad_longdoc.py)")
   exp = Experiment(config, workdir)
   test = exp.data.splits["test"]
   aggregation = config.eval.aggregation
   models: dict[str, tuple[Any, str, float]] = {}  # name -> params, agg, dev
   histories: dict[str, list] = {}
   positions: dict[str, list[int]] = {}
-  wanted = tuple(config.regimes)
-  for regime in wanted:
-    if regime not in regimes.REGIMES:
-      raise ValueError(f"unknown regime {regime!r}; one of {regimes.REGIMES}")
 
   # ---------------------------------------------------------- training
   if "firstp" in wanted or "maxp" in wanted:
@@ -433,13 +529,23 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str
         exp.log(f"BeST: dev MRR stopped improving at iteration {n}; stop")
         break
 
+  scorers = {}
+  if "qds" in wanted:
+    result = exp.train_qds()
+    histories["QDS"] = result.history
+    models["QDS"] = (result.best_params["first"], "first",
+                     result.best_dev["first"])
+    scorers["QDS"] = exp.qds_parts().scorer
+
   # ---------------------------------------------------------- test runs
   runs = {"BM25": {q: test.run.get(q, {}) for q in test.topics}}
   all_scores = {}
   for name, (params, agg, _) in models.items():
     scores = exp.test_scores(params, name,
-                             max_segments=1 if agg == "first" else None)
-    all_scores[name] = scores
+                             max_segments=1 if agg == "first" else None,
+                             scorer=scorers.get(name))
+    if name not in scorers:  # Whole-document scores select no segment.
+      all_scores[name] = scores
     reranked = _run(scores, exp.candidates["test"], agg)
     runs[name] = _full_run(reranked, runs["BM25"])
   if "birch" in config and config.birch.enabled and models:
@@ -457,13 +563,18 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str
                                                       TEST_METRICS)
   selectors = _selection_p_at_1(exp, all_scores)
   exp.log("paired tests and report")
+  # The BeST model a user would deploy: the iteration with the best dev MRR.
+  iterations = [n for n in models if n.startswith("BeST-") and n != "BeST-0"]
+  selected = max(iterations, key=lambda n: models[n][2], default=None)
   metrics = {
       "config": config.to_dict(),
       "test_queries": len(test.topics),
       "rerank_depth": config.eval.depth,
       "means": means,
       "per_query": per_query,
-      "significance": report.significance(per_query, ("FirstP", "BM25")),
+      "significance": report.significance(
+          per_query, ("FirstP", "BM25") + ((selected,) if selected else ())),
+      "selected_best": selected,
       "dev_mrr": {name: dev for name, (_, _, dev) in models.items()},
       "segment_p_at_1": selectors,
       "histories": histories,
@@ -561,9 +672,7 @@ def _birch_features(exp: Experiment, params, bm25_run: trec.Run):
   store = batches_lib.SegmentStore.build(sentencer, exp.data.documents, docids,
                                          training=False,
                                          num_segments=cfg.max_sentences)
-  scorer = selection.SegmentScorer(
-      functools.partial(exp.trainer.score, size=exp.full_scorer.rows_per_call),
-      exp._pack, store, exp.full_scorer.rows_per_call)
+  scorer = exp._scorer(exp.trainer, store, exp.full_scorer.rows_per_call)
   pairs = [(q, d) for q, ds in exp.candidates["test"].items() for d in ds]
   sentence_scores = {}
   for (q, d), s in scorer.score(params, pairs, desc="birch").items():

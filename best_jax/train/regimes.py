@@ -17,6 +17,8 @@ Segment choice per regime (SPEC §1-2):
 - `best`: iteration 1 sees all `k_train` leading segments (the joint step
   picks them); later iterations see the segment selected by the frozen
   previous model (Eq.2).
+- `qds`: no segment at all: the QDS-Transformer reads the whole document in
+  one sparse-attention row (`train/qds_rows.py`).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ import numpy as np
 from best_jax.data.files import atomic_write
 from best_jax.data.trec import Qrels, Run, ranked
 
-REGIMES = ("firstp", "maxp", "maxp_all", "goldp", "best")
+REGIMES = ("firstp", "maxp", "maxp_all", "goldp", "best", "qds")
 # Regimes whose trained model is the FirstP model (MaxP differs at inference).
 TRAINS_LIKE_FIRSTP = ("firstp", "maxp")
 
@@ -146,6 +148,9 @@ def choose_segments(regime: str, batch: Sequence[Group], *,
           index = -1
         else:
           index = 0 if negatives == "first" else int(rng.integers(count))
+      elif regime == "qds":
+        raise ValueError("the qds regime reads whole documents; it has no "
+                         "segment to choose")
       elif regime == "best":
         if selected is None:
           raise ValueError("the best regime needs selected segments")
