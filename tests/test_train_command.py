@@ -142,3 +142,13 @@ def test_qds_regime_joins_the_experiment(tmp_path, monkeypatch):
   starts.clear()
   assert cli.main(argv + ARGS[:3] + ARGS[4:]) == 0
   assert not starts  # every stage, QDS included, was loaded
+
+
+def test_only_process_zero_writes_experiment_files(tmp_path):
+  """Other processes run the same code but their writes go nowhere."""
+  exp = object.__new__(experiment.Experiment)
+  for writes, name in ((False, "other.json"), (True, "zero.json")):
+    exp.writes = writes
+    with exp.output(str(tmp_path / name)) as f:
+      f.write("{}")
+  assert sorted(os.listdir(tmp_path)) == ["zero.json"]

@@ -13,14 +13,19 @@ segment P@1) → Birch → report (tables, plots) in `workdir`:
   negatives.jsonl            the seeded negative-sampling schedule
   stages/, checkpoints/      finished models and resumable iteration state
 
+With several processes (a TPU pod) every process runs the same code; files
+are written by process 0 only (orbax checkpoints by all, as orbax requires).
+
 Rerunning with the same workdir resumes: finished stages are loaded, an
 interrupted iteration continues from its latest checkpoint.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
+import io
 import json
 import os
 import time
@@ -68,6 +73,7 @@ class Experiment:
     self.workdir = workdir
     self.started = time.time()
     self.timings: dict[str, float] = {}  # stage -> seconds (this process)
+    self.writes = jax.process_index() == 0  # Only process 0 writes files.
     os.makedirs(workdir, exist_ok=True)
     self.log(f"workdir {workdir}")
 
@@ -91,8 +97,9 @@ class Experiment:
         with_text, train.run, list(train.topics),
         num_negatives=t.group_size - 1, depth=t.negatives_depth,
         batch_size=t.batch_size, num_steps=t.num_steps, seed=config.seed)
-    regimes.write_schedule(self.schedule, self._path("negatives.jsonl"),
-                           config.seed)
+    if self.writes:
+      regimes.write_schedule(self.schedule, self._path("negatives.jsonl"),
+                             config.seed)
     train_docs = sorted({d for b in self.schedule for g in b for d in g.docids})
     self.train_store = batches_lib.SegmentStore.build(
         self.segmenter, self.data.documents, train_docs, training=True,
@@ -140,10 +147,19 @@ class Experiment:
   # ------------------------------------------------------------------ helpers
 
   def log(self, message: str) -> None:
+    if not self.writes:
+      return
     line = f"[{time.strftime('%H:%M:%S')}] {message}"
     print(line, flush=True)
     with open(self._path("log.txt"), "a", encoding="utf-8") as f:
       f.write(line + "\n")
+
+  def output(self, path: str, mode: str = "w"):
+    """`atomic_write(path)` on process 0; elsewhere a discarded buffer."""
+    if self.writes:
+      return atomic_write(path, mode)
+    return contextlib.nullcontext(io.BytesIO() if "b" in mode
+                                  else io.StringIO())
 
   def _path(self, *parts: str) -> str:
     path = os.path.join(self.workdir, *parts)
@@ -215,7 +231,7 @@ class Experiment:
     finals = result.final_params if keep_final else ()
     for i, params in enumerate(finals):
       ckpt_lib.save_params(os.path.join(directory, f"final_{i}"), params)
-    with atomic_write(os.path.join(directory, "summary.json")) as f:
+    with self.output(os.path.join(directory, "summary.json")) as f:
       json.dump(dict(result.summary(), num_final=len(finals)), f)
 
   def train(self, name: str, regime: str, aggregations: tuple[str, ...],
@@ -326,7 +342,7 @@ class Experiment:
     self.timings[f"select with {name}"] = time.time() - started
     self.log(f"selection with {name}: {len(chosen)} pairs in "
              f"{time.time() - started:.1f}s")
-    with atomic_write(path) as f:
+    with self.output(path) as f:
       json.dump({"\t".join(k): v for k, v in chosen.items()}, f)
     return chosen
 
@@ -352,7 +368,7 @@ class Experiment:
                 "spans": ([[0, len(self.data.documents[d][1])]] if whole
                           else self.full_store.spans(d).tolist()[:len(s)])}
                for (q, d), s in scores.items()]
-    with atomic_write(path) as f:
+    with self.output(path) as f:
       json.dump(records, f)
     return scores
 
@@ -551,8 +567,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str
   if "birch" in config and config.birch.enabled and models:
     runs.update(_birch(exp, models, runs["BM25"]))
   for name, run in runs.items():
-    trec.write_run(run, exp._path("runs", f"{_file_name(name)}.run"),
-                   tag=_file_name(name))
+    if exp.writes:
+      trec.write_run(run, exp._path("runs", f"{_file_name(name)}.run"),
+                     tag=_file_name(name))
   _write_explain_inputs(exp)
 
   # ---------------------------------------------------------- metrics
@@ -582,11 +599,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str
       "seconds": time.time() - exp.started,
       "stage_seconds": exp.timings,
   }
-  with atomic_write(exp._path("metrics.json")) as f:
+  with exp.output(exp._path("metrics.json")) as f:
     json.dump(metrics, f, indent=1, default=float)
     f.write("\n")
-  text = report.write_report(metrics, exp.workdir)
-  print(text, flush=True)
+  if exp.writes:
+    print(report.write_report(metrics, exp.workdir), flush=True)
   exp.log(f"done in {time.time() - exp.started:.0f}s")
   return metrics
 
@@ -595,7 +612,7 @@ def _write_explain_inputs(exp: Experiment) -> None:
   """The texts, topics, qrels and gold spans `best_jax explain` shows."""
   test = exp.data.splits["test"]
   docids = sorted({d for _, d in exp.pairs["test"]})
-  with atomic_write(exp._path("explain", "documents.json")) as f:
+  with exp.output(exp._path("explain", "documents.json")) as f:
     json.dump({"documents": {d: exp.data.documents[d] for d in docids},
                "topics": test.topics, "qrels": test.qrels,
                "gold": {f"{q}\t{d}": list(span)
@@ -645,7 +662,7 @@ def _birch(exp: Experiment, models, bm25_run: trec.Run) -> dict[str, trec.Run]:
   else:
     features = _birch_features(exp, models[name][0], bm25_run)
     # Kept for cross-validation, which refits the weights across folds.
-    with atomic_write(path) as f:
+    with exp.output(path) as f:
       json.dump({q: {"docids": list(v.docids),
                      "features": v.features_dk.tolist()}
                  for q, v in features.items()}, f)
