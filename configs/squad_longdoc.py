@@ -18,6 +18,13 @@ cannot beat BM25 (MRR@10 ~0.88 here); compare the regimes with each other:
   python -m best_jax train --config configs/squad_longdoc.py:runlocal \\
       --workdir runs/squad_runlocal
 
+`:cpu` is the largest comparison of every regime measured on a 2-core CPU
+(about an hour): runlocal's model and segments, 128 steps of 4 pairs per
+model, GoldP, BeST iterations 1-3 (and θ0's row), Birch, 200 test questions:
+
+  python -m best_jax train --config configs/squad_longdoc.py:cpu \\
+      --workdir runs/squad_cpu
+
 The SQuAD JSON comes from $BEST_JAX_SQUAD_JSON or `dev-v1.1.json` in the TFDS
 manual directory (`best_jax prepare` says how to get it when it is missing).
 
@@ -105,10 +112,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
 
 
 def _cpu(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
-  """runlocal's model and segments, 4x the training steps, 40 test queries,
+  """runlocal's model and segments, 4x the training steps, 200 test queries,
   every regime (GoldP, BeST iterations 1-3 with θ0's row) and Birch."""
   num_steps = 128
-  config.data.max_queries = dict(train=400, dev=10, test=40)
+  config.data.max_queries = dict(train=400, dev=10, test=200)
   config.optimizer.total_steps = num_steps
   config.optimizer.warmup_steps = 12
   config.train.num_steps = num_steps

@@ -142,6 +142,14 @@ def test_qds_regime_joins_the_experiment(tmp_path, monkeypatch):
   starts.clear()
   assert cli.main(argv + ARGS[:3] + ARGS[4:]) == 0
   assert not starts  # every stage, QDS included, was loaded
+  # Other test candidates (a shallower depth): the models are loaded, their
+  # saved test scores no longer match and are recomputed.
+  assert cli.main(argv + ARGS[:3] + ARGS[4:] + ["--config.eval.depth=3"]) == 0
+  assert not starts
+  assert "QDS: the saved test scores are for other pairs" in open(
+      os.path.join(workdir, "log.txt")).read()
+  with open(os.path.join(workdir, "segments", "QDS.json")) as f:
+    assert len(json.load(f)) < len(records)
 
 
 def test_only_process_zero_writes_experiment_files(tmp_path):

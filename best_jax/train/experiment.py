@@ -357,9 +357,12 @@ class Experiment:
     path = self._path("segments", f"{name}.json")
     if os.path.isfile(path):
       with open(path, encoding="utf-8") as f:
-        saved = json.load(f)
-      return {(r["qid"], r["docid"]): np.asarray(r["scores"])
-              for r in saved}
+        saved = {(r["qid"], r["docid"]): np.asarray(r["scores"])
+                 for r in json.load(f)}
+      if set(saved) == set(self.pairs["test"]):
+        return saved
+      # The test queries or candidates changed (e.g. more test queries).
+      self.log(f"{name}: the saved test scores are for other pairs; rescoring")
     whole = scorer is not None
     scores = (scorer or self.full_scorer).score(
         params, self.pairs["test"], max_segments=max_segments,
@@ -654,12 +657,16 @@ def _birch(exp: Experiment, models, bm25_run: trec.Run) -> dict[str, trec.Run]:
   cfg = exp.config.birch
   name = cfg.model if cfg.model in models else next(iter(models))
   path = exp._path("birch_features.json")
+  features = None
   if os.path.isfile(path):  # A resumed experiment keeps its sentence scores.
     with open(path, encoding="utf-8") as f:
       features = {q: birch.QueryFeatures(tuple(v["docids"]),
                                          np.asarray(v["features"]))
                   for q, v in json.load(f).items()}
-  else:
+    wanted = {q: set(ds) for q, ds in exp.candidates["test"].items()}
+    if {q: set(v.docids) for q, v in features.items()} != wanted:
+      features = None  # Other test queries or candidates: score again.
+  if features is None:
     features = _birch_features(exp, models[name][0], bm25_run)
     # Kept for cross-validation, which refits the weights across folds.
     with exp.output(path) as f:
