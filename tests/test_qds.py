@@ -105,6 +105,38 @@ def test_inputs_from_the_segmenter():
                     "it has many museums.", "the louvre is the largest one."]
 
 
+def test_rows_for_training_and_scoring():
+  """`QdsRows`: a train batch [B, G, L] (positive first) and scorer rows
+  are `build_qds_inputs` of each (query, document), one row per document."""
+  from best_jax.segments import Segmenter, SegmenterConfig
+  from best_jax.train.batches import QueryStore
+  from best_jax.train.qds_rows import QdsRows
+  from best_jax.train.regimes import Group
+  segmenter = Segmenter(SegmenterConfig(max_query_len=8))
+  documents = {"p": ("Paris", "Paris is in France. It has museums."),
+               "r": ("Rome", "Rome is in Italy. It has ruins. And pasta."),
+               "b": ("Bonn", "Bonn is small.")}
+  topics = {"q1": "museums in paris", "q2": "italian ruins"}
+  queries = QueryStore.build(segmenter, topics)
+  config = QdsInputConfig(max_len=32, max_query_len=8)
+  rows = QdsRows.build(segmenter, documents, ["p", "r", "b"], queries, config)
+  groups = [Group("q1", ("p", "b")), Group("q2", ("r", "p"))]
+  batch = rows.batch(groups)
+  assert batch["input_ids"].shape == (2, 2, 32)
+  assert batch["labels"].tolist() == [[1, 0], [1, 0]]
+  assert rows.num_segments("r") == 1
+  scored = rows.inputs([(("q2", "r"), 0), (("q1", "b"), 0)])
+  for (qid, docid), row in (((("q2", "r")), scored["input_ids"][0]),
+                            ((("q1", "b")), scored["input_ids"][1])):
+    ids, mask = queries.rows([qid])
+    [document] = segmenter.tokenize([documents[docid]])
+    want = build_qds_inputs(ids, mask, [document], config=config,
+                            special=segmenter.special)
+    np.testing.assert_array_equal(row, want["input_ids"][0])
+  np.testing.assert_array_equal(batch["input_ids"][1, 0],
+                                scored["input_ids"][0])
+
+
 def _tokenizer():
   from best_jax.models import pretrained
   return pretrained.load_tokenizer()
