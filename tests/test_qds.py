@@ -110,7 +110,7 @@ def test_rows_for_training_and_scoring():
   are `build_qds_inputs` of each (query, document), one row per document."""
   from best_jax.segments import Segmenter, SegmenterConfig
   from best_jax.train.batches import QueryStore
-  from best_jax.train.qds_rows import QdsRows
+  from best_jax.train.qds_regime import QdsRows
   from best_jax.train.regimes import Group
   segmenter = Segmenter(SegmenterConfig(max_query_len=8))
   documents = {"p": ("Paris", "Paris is in France. It has museums."),

@@ -23,7 +23,6 @@ interrupted iteration continues from its latest checkpoint.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 import io
 import json
@@ -50,15 +49,6 @@ from best_jax.train import regimes
 DEV_METRIC = "recip_rank_cut_10"
 TEST_METRICS = ("ndcg_cut_10", "recip_rank_cut_10", "map", "ndcg_cut_20",
                 "P_20", "recip_rank")
-
-
-@dataclasses.dataclass(frozen=True)
-class QdsParts:
-  """The QDS regime's model: trainer, pretrained params, scorer of its rows
-  (`scorer.source` is a `qds_rows.QdsRows`)."""
-  trainer: Any
-  pretrained: Any
-  scorer: selection.SegmentScorer
 
 
 class Experiment:
@@ -306,10 +296,16 @@ class Experiment:
                            self.dev_evaluator((config.eval.aggregation,)),
                            keep_final=True)
 
-  def qds_parts(self) -> QdsParts:
-    """The QDS-Transformer's trainer, pretrained params and row scorer."""
+  def qds_parts(self):
+    """The QDS-Transformer's `qds_regime.QdsParts` (built once)."""
     if self._qds is None:
-      self._qds = _qds_parts(self)
+      from best_jax.train import qds_regime  # pylint: disable=g-import-not-at-top
+      docids = sorted(set(self.train_store.index) | set(self.full_store.index))
+      self._qds = qds_regime.build(self.config, segmenter=self.segmenter,
+                                   queries=self.queries,
+                                   documents=self.data.documents,
+                                   docids=docids)
+      self.log(f"QDS: {self._qds.describe()}")
     return self._qds
 
   def train_qds(self) -> best_lib.IterationResult:
@@ -374,60 +370,6 @@ class Experiment:
     with self.output(path) as f:
       json.dump(records, f)
     return scores
-
-
-def _qds_parts(exp: Experiment) -> QdsParts:
-  """Builds the QDS-Transformer of `config.qds` (SPEC §4) over the
-  experiment's tokenizer, queries and documents."""
-  from best_jax.models import BertConfig, pretrained  # pylint: disable=g-import-not-at-top
-  from best_jax.models.qds import QdsConfig, QdsRanker, load_qds_ranker  # pylint: disable=g-import-not-at-top
-  from best_jax.segments.qds_inputs import QdsInputConfig  # pylint: disable=g-import-not-at-top
-  from best_jax.train.qds_rows import QdsRows  # pylint: disable=g-import-not-at-top
-  from best_jax.train.state import split_params  # pylint: disable=g-import-not-at-top
-  from best_jax.train.trainer import build_trainer  # pylint: disable=g-import-not-at-top
-  config, c = exp.config, exp.config.qds
-  inputs = QdsInputConfig(
-      max_len=c.max_len, max_sentences=c.max_sentences,
-      max_query_len=c.get("max_query_len", config.segments.max_query_len))
-  # Every global token of a row gets a slot: no query or sentence-start
-  # token is ever left out of the global set.
-  qds = QdsConfig(window=c.window, pattern=c.pattern,
-                  max_global=inputs.max_global(),
-                  first_tokens=c.get("first_tokens", 64),
-                  head_dropout=c.get("head_dropout", 0.1),
-                  sentence_start_id=exp.segmenter.special.cls_id)
-  overrides = dict(config.ranker.get("overrides", {}) or {})
-  positions = c.max_len
-  rngs = nnx.Rngs(config.seed + 20)
-  if config.ranker.get("tiny"):
-    model = QdsRanker(BertConfig.tiny(**dict(
-        overrides, max_position_embeddings=positions)), qds, rngs=rngs)
-  else:
-    model = load_qds_ranker(
-        pretrained.checkpoint_dir(config.ranker.get("checkpoint")
-                                  or pretrained.MINILM),
-        qds, rngs=rngs, max_positions=positions, **overrides)
-  model_config = model.config
-  _, params = split_params(model)
-  trainer_config = ml_collections.ConfigDict(config.to_dict())
-  trainer_config.optimizer.learning_rate = c.learning_rate
-  trainer_config.optimizer.total_steps = config.train.num_steps
-  trainer_config.optimizer.warmup_steps = min(
-      config.optimizer.warmup_steps, config.train.num_steps)
-  trainer_config.train.loss = c.loss
-  trainer = build_trainer(
-      lambda rngs: QdsRanker(model_config, qds, rngs=rngs), trainer_config)
-  docids = sorted(set(exp.train_store.index) | set(exp.full_store.index))
-  rows = QdsRows.build(exp.segmenter, exp.data.documents, docids, exp.queries,
-                       inputs)
-  per_call = c.rows_per_call
-  per_call = max(per_call - per_call % trainer.batch_multiple,
-                 trainer.batch_multiple)
-  scorer = selection.SegmentScorer(
-      functools.partial(trainer.score, size=per_call), rows, per_call)
-  exp.log(f"QDS: {inputs.max_len}-token rows, window ±{qds.window}, "
-          f"{qds.max_global} global slots, {len(docids)} documents")
-  return QdsParts(trainer, best_lib.to_host(params), scorer)
 
 
 def _pretrained(config, checkpoint: str):

@@ -18,7 +18,7 @@ Segment choice per regime (SPEC §1-2):
   picks them); later iterations see the segment selected by the frozen
   previous model (Eq.2).
 - `qds`: no segment at all: the QDS-Transformer reads the whole document in
-  one sparse-attention row (`train/qds_rows.py`).
+  one sparse-attention row (`train/qds_regime.py`).
 """
 
 from __future__ import annotations
