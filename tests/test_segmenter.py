@@ -221,6 +221,11 @@ def test_padding_empty_documents_and_inference_cap():
   assert capped.num_segments_d.tolist() == [2, 1, 1, 1]
   wide = _segmenter().segment(docs, num_segments=5)
   assert wide.tokens_dsl.shape == (4, 5, 9)
+  every = _segmenter(SegmenterConfig(
+      max_len=14, max_query_len=2, max_title_len=2, max_segments=2)).segment(
+          docs, keep_all=True)  # GoldP's positives: the cap is ignored.
+  assert every.num_segments_d.tolist() == [3, 1, 1, 1]
+  np.testing.assert_array_equal(every.tokens_dsl, batch.tokens_dsl)
 
 
 def _long_text(num_sentences, seed=0):

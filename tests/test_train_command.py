@@ -160,3 +160,33 @@ def test_only_process_zero_writes_experiment_files(tmp_path):
     with exp.output(str(tmp_path / name)) as f:
       f.write("{}")
   assert sorted(os.listdir(tmp_path)) == ["zero.json"]
+
+
+def test_goldp_positives_hold_the_gold_passage_beyond_the_inference_cap(
+    tmp_path, monkeypatch):
+  """GoldP trains each positive on the segment holding its gold passage even
+  when inference keeps only the first `max_segments` segments (here 1)."""
+  from best_jax.train import batches
+  seen = []
+  group_batch = batches.group_batch
+
+  def spy(groups, choice, **kwargs):
+    for b, group in enumerate(groups):
+      span = kwargs["gold"].get((group.qid, group.docids[0]))
+      if choice[b, 0] < 0 and span is not None:
+        spans = kwargs["gold_store"].spans(group.docids[0])
+        seen.append(experiment.overlaps(
+            spans[batches.gold_segment(spans, span)], span))
+    return group_batch(groups, choice, **kwargs)
+
+  monkeypatch.setattr(batches, "group_batch", spy)
+  workdir = str(tmp_path / "w")
+  assert cli.main(["train", "--config", "configs/tiny_cpu.py", "--workdir",
+                   workdir, "--config.regimes=['goldp']",
+                   "--config.segments.max_segments=1",
+                   "--config.birch.enabled=False"] + ARGS) == 0
+  assert seen and all(seen)
+  with open(os.path.join(workdir, "metrics.json")) as f:
+    p_at_1 = json.load(f)["segment_p_at_1"]
+  # With one scored segment, the ceiling is the first segment's P@1.
+  assert p_at_1[experiment.CEILING] == p_at_1["First segment"] < 1

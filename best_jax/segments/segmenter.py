@@ -183,14 +183,17 @@ class Segmenter:
 
   def segment(self, documents: Sequence[tuple[str, str]], *,
               training: bool = False, seed: int = 0,
-              num_segments: int | None = None) -> SegmentBatch:
+              num_segments: int | None = None,
+              keep_all: bool = False) -> SegmentBatch:
     """Tokenizes and segments `(title, text)` pairs; see `segment_tokenized`."""
     return self.segment_tokenized(self.tokenize(documents), training=training,
-                                  seed=seed, num_segments=num_segments)
+                                  seed=seed, num_segments=num_segments,
+                                  keep_all=keep_all)
 
   def segment_tokenized(self, documents: Sequence[TokenizedDocument], *,
                         training: bool = False, seed: int = 0,
-                        num_segments: int | None = None) -> SegmentBatch:
+                        num_segments: int | None = None,
+                        keep_all: bool = False) -> SegmentBatch:
     """Cuts tokenized documents into a padded `SegmentBatch`.
 
     Args:
@@ -199,6 +202,8 @@ class Segmenter:
       seed: seeds the training lengths; same seed and documents, same output.
       num_segments: S, the segment axis; default `k_train` in training, else
         `max_segments`, else the most segments of any document in the batch.
+      keep_all: inference only: every segment of every document, whatever
+        `max_segments` says (S = the most segments of any document).
     """
     cfg = self.config
     rng = (np.random.default_rng(seed)
@@ -207,7 +212,7 @@ class Segmenter:
       cap = num_segments or cfg.k_train
       max_count = min(cap, cfg.k_train)
     else:
-      cap = num_segments or cfg.max_segments
+      cap = None if keep_all else num_segments or cfg.max_segments
       max_count = None  # Plan them all, to count what the cap drops.
     plans, dropped = [], []
     for doc in documents:

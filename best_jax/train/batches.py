@@ -49,12 +49,14 @@ class SegmentStore:
   def build(cls, segmenter: Segmenter,
             documents: Mapping[str, tuple[str, str]], docids: Sequence[str],
             *, training: bool, seed: int = 0,
-            num_segments: int | None = None) -> SegmentStore:
-    """Segments `documents[docid] = (title, text)` for every docid."""
+            num_segments: int | None = None,
+            keep_all: bool = False) -> SegmentStore:
+    """Segments `documents[docid] = (title, text)` for every docid (see
+    `Segmenter.segment_tokenized` for the arguments)."""
     docids = list(dict.fromkeys(docids))
     segments = segmenter.segment([documents[d] for d in docids],
                                  training=training, seed=seed,
-                                 num_segments=num_segments)
+                                 num_segments=num_segments, keep_all=keep_all)
     return cls({d: i for i, d in enumerate(docids)}, segments)
 
   def num_segments(self, docid: str) -> int:

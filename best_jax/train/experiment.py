@@ -47,6 +47,7 @@ from best_jax.train import iteration_checkpoint as ckpt_lib
 from best_jax.train import regimes
 
 DEV_METRIC = "recip_rank_cut_10"
+CEILING = "Ceiling (gold among the scored segments)"
 TEST_METRICS = ("ndcg_cut_10", "recip_rank_cut_10", "map", "ndcg_cut_20",
                 "P_20", "recip_rank")
 
@@ -103,10 +104,7 @@ class Experiment:
       pairs = [(q, d) for q, ds in self.candidates[s].items() for d in ds]
       relevant = [(q, d) for (q, d) in part.gold]  # for segment P@1
       self.pairs[s] = list(dict.fromkeys(pairs + relevant))
-    gold_pairs = [(g.qid, g.docids[0]) for b in self.schedule for g in b
-                  if (g.qid, g.docids[0]) in train.gold]
-    full_docs = sorted({d for s in self.pairs.values() for _, d in s}
-                       | {d for _, d in gold_pairs})
+    full_docs = sorted({d for s in self.pairs.values() for _, d in s})
     self.full_store = batches_lib.SegmentStore.build(
         self.segmenter, self.data.documents, full_docs, training=False,
         num_segments=config.segments.get("max_segments"))
@@ -240,6 +238,14 @@ class Experiment:
           self.segmenter, self.data.documents, list(self.train_store.index),
           training=False)
     num_segments = {d: store.num_segments(d) for d in store.index}
+    gold_store = None
+    if regime == "goldp":
+      # The positive's segment holding the gold passage, wherever it lies:
+      # all inference segments (the `max_segments` cap would cut it off).
+      positives = sorted({g.docids[0] for b in self.schedule for g in b})
+      gold_store = batches_lib.SegmentStore.build(
+          self.segmenter, self.data.documents, positives, training=False,
+          keep_all=True)
 
     def batch_fn(step):
       rng = np.random.default_rng([config.seed, step, 7])
@@ -249,7 +255,7 @@ class Experiment:
           selected=selected, negatives=config.goldp.negatives)
       return self.trainer.put(batches_lib.group_batch(
           groups, choice, segmenter=self.segmenter, queries=self.queries,
-          train_store=store, gold_store=self.full_store, gold=train.gold))
+          train_store=store, gold_store=gold_store, gold=train.gold))
 
     seed = config.seed + 1000 * (len(name) + sum(map(ord, name)))
     return self._run_stage(name, (self.fresh_state(seed),),
@@ -575,7 +581,10 @@ def _selection_p_at_1(exp: Experiment, all_scores) -> dict[str, float]:
   if not gold:
     return {}
   spans = {p: exp.full_store.spans(p[1]).tolist() for p in gold}
-  out = {}
+  # The ceiling: pairs whose gold passage lies within the scored segments
+  # (below 1 when `max_segments` cuts long documents).
+  out = {CEILING: float(np.mean([any(overlaps(s, g) for s in spans[p])
+                                 for p, g in gold.items()]))}
   random_hits = [np.mean([overlaps(s, g) for s in spans[p]])
                  for p, g in gold.items()]
   out["Random"] = float(np.mean(random_hits))
