@@ -23,7 +23,9 @@ Arguments as `squad_longdoc`: none (the full run: 2,048-token rows, 256
 sentences, window ±64, lr 1e-5 as the paper), `runlocal` or `cpu` (2-core
 CPU: 512-token rows — four of the 128-token BeST segments, the paper's
 2,048 ÷ 512 ratio — 64 sentences, window ±32, lr 1e-4 like the BeST models of
-those variants). Measured figures are in the README.
+those variants). Measured (`:cpu`, 150 test questions, one seed): QDS MRR@10
+0.415 vs BeST-1 0.713 and FirstP 0.561 (p < 0.001 both); README has the
+table.
 """
 
 import importlib.util
