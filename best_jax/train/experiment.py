@@ -228,7 +228,7 @@ class Experiment:
     done = self._load_stage(name)
     if done is not None:
       return done
-    config, t = self.config, self.config.train
+    config = self.config
     train = self.data.splits["train"]
     store = self.train_store
     if regime == "maxp_all":
