@@ -28,25 +28,18 @@ those variants). Measured (`:cpu`, 150 test questions, one seed): QDS MRR@10
 table.
 """
 
-import importlib.util
 import os
 
 import ml_collections
 
-
-def _squad_longdoc():
-  """The sibling squad_longdoc.py module (the experiment QDS joins)."""
-  path = os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                      "squad_longdoc.py")
-  spec = importlib.util.spec_from_file_location("squad_longdoc", path)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
+from best_jax.train import command
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   """`squad_longdoc`'s config for `arg` with the qds regime added."""
-  config = _squad_longdoc().get_config(arg)
+  base = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                      "squad_longdoc.py")
+  config = command.config_module(base).get_config(arg)
   small = arg in ("runlocal", "cpu")
   config.regimes = tuple(config.regimes) + ("qds",)
   config.qds = ml_collections.ConfigDict(dict(

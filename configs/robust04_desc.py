@@ -21,25 +21,18 @@ The literature's NDCG@20 on description queries (SPEC §8): BERT-FirstP
 the title queries (the only run here), as in Dai & Callan's reranking setup.
 """
 
-import importlib.util
 import os
 
 import ml_collections
 
-
-def _title_config():
-  """The sibling robust04_title.py module (same experiment, other field)."""
-  path = os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                      "robust04_title.py")
-  spec = importlib.util.spec_from_file_location("robust04_title", path)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
+from best_jax.train import command
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   """`arg`: one test fold (s1 to s5); none runs all five and pools them."""
-  config = _title_config().get_config(arg)
+  base = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                      "robust04_title.py")
+  config = command.config_module(base).get_config(arg)
   config.data.topic_field = "description"
   config.segments.max_query_len = 64  # Description queries are longer.
   return config

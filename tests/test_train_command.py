@@ -124,8 +124,8 @@ def test_qds_regime_joins_the_experiment(tmp_path, monkeypatch):
           "--config.regimes=['firstp','best','qds']",
           "--config.best.max_iterations=1", "--config.birch.enabled=False"]
   assert cli.main(argv + ARGS[:3] + ARGS[4:]) == 0
-  qds_batch = starts["qds"][0].params["encoder"]["embeddings"]["position"]
-  assert qds_batch["embedding"].shape[0] == 96  # config.qds.max_len rows
+  positions = starts["qds"][0].params["encoder"]["embeddings"]["position"]
+  assert positions["embedding"].shape[0] == 96  # config.qds.max_len rows
   run = trec.read_run(os.path.join(workdir, "runs", "qds.run"))
   assert len(run) == 8
   with open(os.path.join(workdir, "metrics.json")) as f:

@@ -63,18 +63,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
   parser.parse_known_args = parse_with_overrides
 
 
-def load_config(spec: str, overrides: list[str] = ()):
-  """`FILE[:ARG]` plus `config.a.b=value` overrides -> a locked ConfigDict."""
-  path, _, arg = spec.partition(":")
+def config_module(path: str):
+  """Imports a config file as a module; a config that extends another
+  (`robust04_desc.py`, `qds_squad_longdoc.py`) loads its base with it."""
   if not os.path.isfile(path):
     raise InputError("config file not found", path)
-  module_spec = importlib.util.spec_from_file_location("best_jax_config", path)
+  name = os.path.splitext(os.path.basename(path))[0]
+  module_spec = importlib.util.spec_from_file_location(name, path)
   module = importlib.util.module_from_spec(module_spec)
   try:
     module_spec.loader.exec_module(module)
+  except InputError:
+    raise
   except Exception as e:  # A user's config file can fail in any way.
     raise InputError(f"cannot load config: {type(e).__name__}: {e}",
                      path) from None
+  return module
+
+
+def load_config(spec: str, overrides: list[str] = ()):
+  """`FILE[:ARG]` plus `config.a.b=value` overrides -> a locked ConfigDict."""
+  path, _, arg = spec.partition(":")
+  module = config_module(path)
   if not hasattr(module, "get_config"):
     raise InputError("config file has no get_config(arg)", path)
   config = module.get_config(arg or None)
