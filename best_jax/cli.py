@@ -23,7 +23,7 @@ COMMANDS = {
                  "evaluate a TREC run against qrels as trec_eval does"),
     "segment": ("best_jax.segments.command",
                 "split documents into segments and report statistics"),
-    "train": ("best_jax.train.command",
+    "train": ("best_jax.experiment.command",
               "train a ranker from a config (FirstP/MaxP/GoldP/BeST/...)"),
     "truncate": ("best_jax.truncate.command",
                  "truncate ranked lists (oracle/fixed/greedy/attncut/...)"),
@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     return 2
   except TrainingStopped as e:
     print(f"best_jax {args.command}: stopped: {e}", file=sys.stderr)
-    return 1
+    return getattr(e, "exit_status", 1)
   except KeyboardInterrupt:
     print(f"best_jax {args.command}: interrupted", file=sys.stderr)
     return 130

@@ -32,14 +32,14 @@ import os
 
 import ml_collections
 
-from best_jax.train import command
+from best_jax import config as config_lib
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   """`squad_longdoc`'s config for `arg` with the qds regime added."""
   base = os.path.join(os.path.dirname(os.path.abspath(__file__)),
                       "squad_longdoc.py")
-  config = command.config_module(base).get_config(arg)
+  config = config_lib.config_module(base).get_config(arg)
   small = arg in ("runlocal", "cpu")
   config.regimes = tuple(config.regimes) + ("qds",)
   config.qds = ml_collections.ConfigDict(dict(

@@ -25,14 +25,14 @@ import os
 
 import ml_collections
 
-from best_jax.train import command
+from best_jax import config as config_lib
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   """`arg`: one test fold (s1 to s5); none runs all five and pools them."""
   base = os.path.join(os.path.dirname(os.path.abspath(__file__)),
                       "robust04_title.py")
-  config = command.config_module(base).get_config(arg)
+  config = config_lib.config_module(base).get_config(arg)
   config.data.topic_field = "description"
   config.segments.max_query_len = 64  # Description queries are longer.
   return config

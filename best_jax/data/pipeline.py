@@ -33,6 +33,7 @@ import threading
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
+import jax
 import numpy as np
 
 from best_jax.errors import InputError
@@ -80,6 +81,17 @@ def pack(examples: Sequence[Mapping[str, Any]],
       out[(row,) + tuple(slice(0, d) for d in value.shape)] = value
     batch[name] = out
   return batch
+
+
+def process_rows(sharding: jax.NamedSharding, size: int) -> np.ndarray:
+  """Rows of a global batch of `size` that this process's devices hold under
+  `sharding` (the batch axis is its spec's first entry), in local order."""
+  batch_sharding = jax.NamedSharding(sharding.mesh, jax.P(sharding.spec[0]))
+  starts = set()
+  for index in batch_sharding.addressable_devices_indices_map(
+      (size,)).values():
+    starts.add((index[0].start or 0, index[0].stop or size))
+  return np.concatenate([np.arange(a, b) for a, b in sorted(starts)])
 
 
 class InputPipeline:
@@ -135,21 +147,12 @@ class InputPipeline:
 
   def _process_rows(self, sharding, process_index, process_count
                     ) -> np.ndarray:
-    """Global batch rows that this process reads, in local-array order."""
-    size = self.global_batch_size
     if sharding is not None:
-      import jax  # pylint: disable=g-import-not-at-top
-      batch_sharding = jax.NamedSharding(sharding.mesh,
-                                         jax.P(sharding.spec[0]))
-      starts = set()
-      for index in batch_sharding.addressable_devices_indices_map(
-          (size,)).values():
-        starts.add((index[0].start or 0, index[0].stop or size))
-      return np.concatenate([np.arange(a, b) for a, b in sorted(starts)])
+      return process_rows(sharding, self.global_batch_size)
     if process_index is None or process_count is None:
-      import jax  # pylint: disable=g-import-not-at-top
       process_index = jax.process_index()
       process_count = jax.process_count()
+    size = self.global_batch_size
     if size % process_count:
       raise InputError(f"global batch size {size} is not a multiple of the "
                        f"process count {process_count}")
@@ -234,7 +237,6 @@ class InputPipeline:
   def _to_device(self, batch: dict[str, np.ndarray]) -> Batch:
     if not self._device_put:
       return batch
-    import jax  # pylint: disable=g-import-not-at-top
     mesh, axes = self._sharding.mesh, self._sharding.spec[0]
     out = {}
     for name, value in batch.items():

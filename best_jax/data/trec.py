@@ -182,3 +182,9 @@ def write_run(run: Run, path: str | os.PathLike, tag: str = "best_jax",
     for qid, scores in run.items():
       for rank, (docid, score) in enumerate(ranked(scores)[:depth], start=1):
         f.write(f"{qid} Q0 {docid} {rank} {float(score)!r} {tag}\n")
+
+
+def run_file_name(name: str) -> str:
+  """A system's name as a run file name and tag: `BeST-1` → `best-1`."""
+  return (name.lower().replace(" ", "_").replace("(", "").replace(")", "")
+          .replace("/", "-"))

@@ -25,6 +25,7 @@ import json
 import math
 
 from best_jax.data import trec
+from best_jax.evaluate import significance
 from best_jax.evaluate import trec_eval
 
 
@@ -55,7 +56,6 @@ def main(args: argparse.Namespace) -> int:
     print(_single_json(means, per_query, args.per_query) if args.json else
           _single_text(means, per_query, args.per_query))
     return 0
-  from best_jax.evaluate import significance  # scipy: only when comparing
   means_b, per_query_b = trec_eval.evaluate(
       trec.read_run(args.compare), qrels, metrics,
       relevance_level=args.relevance_level)

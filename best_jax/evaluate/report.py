@@ -61,11 +61,16 @@ def table1(metrics: Mapping[str, Any]) -> str:
   # every other run against it (e.g. QDS vs BeST).
   best = metrics.get("selected_best")
   extra = f" p vs {best} (MRR@10) |" if best else ""
+  # Pooled cross-validation gives each row's query count (some systems,
+  # e.g. a BeST iteration only some folds reached, cover fewer queries).
+  counts = metrics.get("queries")
+  extra += " queries |" if counts else ""
   lines = [f"Table 1 — test queries: {metrics['test_queries']}, reranking the "
            f"first-stage top {metrics['rerank_depth']}",
            "| run | NDCG@10 | MRR@10 | MAP | p vs FirstP (MRR@10) | "
            "p vs BM25 (MRR@10) |" + extra,
-           "| --- | --- | --- | --- | --- | --- |" + (" --- |" if best else "")]
+           "| --- | --- | --- | --- | --- | --- |" + (" --- |" if best else "")
+           + (" --- |" if counts else "")]
   for name, values in means.items():
     cells = []
     for metric, _ in TABLE1:
@@ -84,6 +89,8 @@ def table1(metrics: Mapping[str, Any]) -> str:
     if best:
       cells.append(_p(tests.get(best, {}).get("recip_rank_cut_10", {}).get(
           "t_test_p")))
+    if counts:
+      cells.append(str(counts.get(name, "")))
     lines.append(f"| {name} | " + " | ".join(cells) + " |")
   lines.append(f"† / ‡: paired t-test p < {ALPHA} against BM25 / FirstP "
                "(per metric).")
@@ -159,9 +166,9 @@ def plot_learning_curves(histories: Mapping[str, Sequence[Mapping]],
 def write_report(metrics: Mapping[str, Any], workdir: str) -> str:
   """Writes results.md and the plots; returns the tables as text."""
   text = table1(metrics) + "\n\n" + table2(metrics) + "\n"
+  workdir = os.fspath(workdir)
   with atomic_write(os.path.join(workdir, "results.md")) as f:
     f.write(text)
-  os.makedirs(os.path.join(workdir, "plots"), exist_ok=True)
   plot_positions(metrics.get("selected_positions", {}),
                  os.path.join(workdir, "plots", "selected_positions.png"))
   plot_learning_curves(metrics.get("histories", {}),

@@ -16,9 +16,13 @@ from __future__ import annotations
 import argparse
 from collections.abc import Mapping
 
+import bm25s
 import numpy as np
+import Stemmer
 from tqdm.auto import tqdm
 
+from best_jax.data import trec
+from best_jax.data.corpus import read_corpus
 from best_jax.errors import InputError
 
 Run = dict[str, dict[str, float]]
@@ -30,11 +34,6 @@ B = 0.4
 def _stemmer(stem: bool):
   if not stem:
     return None
-  try:
-    import Stemmer  # pylint: disable=g-import-not-at-top
-  except ImportError:
-    raise InputError("stemming needs PyStemmer: `pip install PyStemmer` "
-                     "(or pass --no-stem)") from None
   return Stemmer.Stemmer("english")
 
 
@@ -47,7 +46,6 @@ def bm25_run(corpus: Mapping[str, str], queries: Mapping[str, str],
   documents with a positive score; a query that matches nothing maps to {}.
   Scores are float32 BM25 values converted to Python floats.
   """
-  import bm25s  # pylint: disable=g-import-not-at-top  (slow import)
   if not corpus:
     raise InputError("empty corpus")
   if k < 1:
@@ -106,8 +104,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-  from best_jax.data import trec  # pylint: disable=g-import-not-at-top
-  from best_jax.data.corpus import read_corpus
   corpus = read_corpus(args.corpus)
   topics = trec.read_topics(args.topics)
   try:

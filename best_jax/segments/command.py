@@ -14,10 +14,13 @@ import dataclasses
 import json
 
 import numpy as np
+from tqdm import tqdm
 
+from best_jax.data.corpus import read_corpus
 from best_jax.data.files import atomic_write
 from best_jax.errors import InputError
 from best_jax.segments.config import UNITS, SegmenterConfig
+from best_jax.segments.segmenter import Segmenter
 from best_jax.segments.sentences import SPLITTERS
 
 
@@ -43,9 +46,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-  from tqdm import tqdm  # pylint: disable=g-import-not-at-top
-  from best_jax.data.corpus import read_corpus  # pylint: disable=g-import-not-at-top
-  from best_jax.segments.segmenter import Segmenter  # pylint: disable=g-import-not-at-top
 
   if args.batch_size < 1:
     raise InputError("--batch-size must be >= 1")

@@ -11,8 +11,9 @@ and its tokens cut into non-overlapping segments of whole sentences:
   one longer than the window is cut at the window and continues in the next
   segment;
 - the (truncated) title is repeated at the start of every segment;
-- training keeps the `k_train` leading segments; inference keeps all of them,
-  or the first `max_segments` with a count of those dropped.
+- inference keeps all segments, or the first `max_segments` (the inference
+  span) with a count of those dropped; training draws random-length segments
+  over the same span and keeps at most `k_train` of them.
 
 A document without body tokens gets one segment holding only its title, so
 every document has at least one valid segment to score. Window arithmetic:
@@ -26,8 +27,10 @@ import dataclasses
 from collections.abc import Sequence
 
 import numpy as np
+from tokenizers import Tokenizer
 
 from best_jax.errors import InputError
+from best_jax.models import pretrained
 from best_jax.segments.config import SegmenterConfig
 from best_jax.segments.packing import SpecialTokens
 from best_jax.segments.sentences import sentence_spans
@@ -63,7 +66,8 @@ class SegmentBatch:
     lengths_ds: int32, title + body tokens of each row (0 for padding).
     title_lengths_d: int32, title tokens repeated in each segment.
     num_segments_d: int32, real segments kept per document.
-    dropped_d: int32, inference segments beyond the cap (0 in training).
+    dropped_d: int32, segments beyond the cap (`max_segments` at inference,
+      `k_train` within the inference span in training).
   """
   tokens_dsl: np.ndarray
   mask_dsl: np.ndarray
@@ -124,7 +128,7 @@ class Segmenter:
   Example:
     segmenter = Segmenter(SegmenterConfig(max_len=256))
     batch = segmenter.segment([(title, text), ...])          # inference
-    train = segmenter.segment(docs, training=True, seed=epoch)
+    train = segmenter.segment(docs, training=True, seeds=[...])  # per doc
     query_ids_nq, query_mask_nq = segmenter.tokenize_queries(queries)
   """
 
@@ -132,11 +136,11 @@ class Segmenter:
                tokenizer=None):
     """`tokenizer`: a Hugging Face fast tokenizer (default: the MiniLM one)."""
     if tokenizer is None:
-      from best_jax.models import pretrained  # pylint: disable=g-import-not-at-top
       tokenizer = pretrained.load_tokenizer()
     if not hasattr(tokenizer, "backend_tokenizer"):
       raise InputError("the segmenter needs a fast (Rust) tokenizer")
     self.config = config
+    self.tokenizer = tokenizer
     self.special = SpecialTokens.from_tokenizer(tokenizer)
     self._encoder = _untruncated(tokenizer.backend_tokenizer)
 
@@ -183,43 +187,63 @@ class Segmenter:
 
   def segment(self, documents: Sequence[tuple[str, str]], *,
               training: bool = False, seed: int = 0,
+              seeds: Sequence[int] | None = None,
               num_segments: int | None = None,
               keep_all: bool = False) -> SegmentBatch:
     """Tokenizes and segments `(title, text)` pairs; see `segment_tokenized`."""
     return self.segment_tokenized(self.tokenize(documents), training=training,
-                                  seed=seed, num_segments=num_segments,
-                                  keep_all=keep_all)
+                                  seed=seed, seeds=seeds,
+                                  num_segments=num_segments, keep_all=keep_all)
 
   def segment_tokenized(self, documents: Sequence[TokenizedDocument], *,
                         training: bool = False, seed: int = 0,
+                        seeds: Sequence[int] | None = None,
                         num_segments: int | None = None,
                         keep_all: bool = False) -> SegmentBatch:
     """Cuts tokenized documents into a padded `SegmentBatch`.
 
+    Training segments have random lengths and cover the same span of the
+    document as inference does (the first `max_segments` windows, or all of
+    it), so that a segment the model can select in training is one it can
+    score at inference; at most `k_train` of them are kept.
+
     Args:
       documents: from `tokenize` (tokenize once, segment every epoch).
-      training: random lengths (per `train_lengths`) and `k_train` segments.
-      seed: seeds the training lengths; same seed and documents, same output.
+      training: random lengths (per `train_lengths`) within the inference
+        span, at most `k_train` segments.
+      seed: seeds the training lengths: document i draws from
+        `default_rng([seed, i])`; same seed and documents, same output.
+      seeds: one seed per document instead (`default_rng(seeds[i])`), so a
+        document's segments do not depend on the others in the batch.
       num_segments: S, the segment axis; default `k_train` in training, else
         `max_segments`, else the most segments of any document in the batch.
-      keep_all: inference only: every segment of every document, whatever
-        `max_segments` says (S = the most segments of any document).
+      keep_all: every segment of every document, whatever `k_train`,
+        `max_segments` and the inference span say (S = the most segments of
+        any document); GoldP's positives.
     """
     cfg = self.config
-    rng = (np.random.default_rng(seed)
-           if training and cfg.train_lengths == "uniform" else None)
-    if training:
+    random_lengths = training and cfg.train_lengths == "uniform"
+    if seeds is None:
+      seeds = [[seed, i] for i in range(len(documents))]
+    if keep_all:
+      cap = None
+    elif training:
       cap = num_segments or cfg.k_train
-      max_count = min(cap, cfg.k_train)
     else:
-      cap = None if keep_all else num_segments or cfg.max_segments
-      max_count = None  # Plan them all, to count what the cap drops.
+      cap = num_segments or cfg.max_segments
     plans, dropped = [], []
-    for doc in documents:
+    for doc, doc_seed in zip(documents, seeds):
+      window = cfg.window(len(doc.title_ids))
       plan = plan_segments(
-          doc.sentence_starts, len(doc.token_ids),
-          cfg.window(len(doc.title_ids)), unit=cfg.unit, rng=rng,
-          min_len=cfg.min_len, max_count=max_count)
+          doc.sentence_starts, len(doc.token_ids), window, unit=cfg.unit,
+          rng=np.random.default_rng(doc_seed) if random_lengths else None,
+          min_len=cfg.min_len)
+      if training and not keep_all and cfg.max_segments is not None:
+        windows = plan_segments(doc.sentence_starts, len(doc.token_ids),
+                                window, unit=cfg.unit,
+                                max_count=cfg.max_segments)
+        span_end = windows[-1][1] if windows else 0
+        plan = [p for p in plan if p[0] < span_end]
       dropped.append(0 if cap is None else max(0, len(plan) - cap))
       plans.append(plan[:cap] or [(0, 0)])
     width = cap or max((len(p) for p in plans), default=1)
@@ -258,7 +282,6 @@ class Segmenter:
 
 def _untruncated(backend):
   """A copy of a `tokenizers.Tokenizer` with truncation and padding off."""
-  from tokenizers import Tokenizer  # pylint: disable=g-import-not-at-top
   encoder = Tokenizer.from_str(backend.to_str())
   encoder.no_truncation()
   encoder.no_padding()

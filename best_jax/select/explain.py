@@ -56,7 +56,6 @@ def explanations(workdir: str, model: str | None = None,
                  limit: int = 20) -> tuple[str, list[dict]]:
   """(model, one record per query: qid, query, docid, title, text, span of
   the selected segment, its score and index, gold span or None)."""
-  from best_jax.train.experiment import _file_name  # pylint: disable=g-import-not-at-top
   if not os.path.isdir(workdir):
     raise InputError("work directory not found", workdir)
   metrics_path = os.path.join(workdir, "metrics.json")
@@ -65,7 +64,7 @@ def explanations(workdir: str, model: str | None = None,
                      "directory first", workdir)
   model = model or default_model(_json(metrics_path))
   segments_path = os.path.join(workdir, "segments", f"{model}.json")
-  run_path = os.path.join(workdir, "runs", f"{_file_name(model)}.run")
+  run_path = os.path.join(workdir, "runs", f"{trec.run_file_name(model)}.run")
   docs_path = os.path.join(workdir, "explain", "documents.json")
   for path in (segments_path, run_path, docs_path):
     if not os.path.isfile(path):

@@ -1,82 +1,263 @@
-"""Segment selection: score segments of (query, document) pairs, take argmax.
+"""Segment selection: score the valid segments of (query, document) pairs on
+the devices, and take each pair's best segment.
 
 BeST's `i_{q,d} = argmax_j f_θ(q, d_j)` over the *valid* segments only
-(SPEC §1 Eq.4/5). `masked_argmax` is the jittable form used inside the joint
-step; `SegmentScorer` scores the valid segments of many pairs on the host side
-in fixed-size chunks (no padded segment is ever run through the model, and no
-chunk shape changes, so nothing recompiles), without dropout.
+(SPEC §1 Eq.4/5; the jittable `train.best.masked_argmax`, which the joint
+step uses too). `SegmentScorer` scores many pairs:
+
+- the parameters stay on the devices, sharded, from training to scoring;
+- each process builds only the rows of the documents it owns (the i-th
+  distinct document goes to process i mod P) and segments only those;
+- rows go into length buckets (one compiled shape each) and through the
+  input pipeline in fixed-size chunks: a background thread builds and
+  transfers the next chunk while the devices score the current one;
+- each chunk's scores are scattered, on the devices, into a `[pairs,
+  segments]` array (−inf where a pair has no such segment): nothing comes
+  back to the host per chunk;
+- `PairScores.select()` is a jitted vmap of the masked argmax over the
+  pairs; only the chosen indices come back.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import nnx
+from jax.experimental import multihost_utils
 from tqdm.auto import tqdm
 
+from best_jax.data.pipeline import Feature, InputPipeline, process_rows
+from best_jax.train.best import masked_argmax
+
 Pair = tuple[str, str]
+# Rows that belong to no pair (a process's padding) carry this pair index.
+NO_PAIR = -1
 
 
-def masked_argmax(scores_xs: jax.Array, mask_xs: jax.Array
-                  ) -> tuple[jax.Array, jax.Array]:
-  """Best valid segment per row: `(index_x, valid_x)`.
-
-  Ties go to the earlier segment. A row without any valid segment gets index
-  0 and `valid = False` (never NaN, never an index that points at padding of
-  a row that has real segments).
-  """
-  masked = jnp.where(mask_xs, scores_xs.astype(jnp.float32), -jnp.inf)
-  valid_x = jnp.any(mask_xs, axis=-1)
-  index_x = jnp.where(valid_x, jnp.argmax(masked, axis=-1), 0)
-  return index_x.astype(jnp.int32), valid_x
+def _valid(scores: jax.Array | np.ndarray):
+  """Scored entries of a `PairScores` array (NaN scores count as scored)."""
+  return ~(scores == -np.inf)
 
 
-def select(scores: dict[Pair, np.ndarray]) -> dict[Pair, int]:
-  """The argmax segment of every scored pair (earliest on ties)."""
-  return {pair: int(np.argmax(s)) for pair, s in scores.items() if len(s)}
+@jax.jit
+def _select_p(scores_ps: jax.Array) -> jax.Array:
+  """Each pair's best segment, a vmap over pairs of `masked_argmax`."""
+  best = jax.vmap(lambda s: masked_argmax(s, _valid(s))[0])
+  return best(scores_ps)
+
+
+@dataclasses.dataclass(frozen=True)
+class PairScores:
+  """Segment scores of `pairs`: `scores_ps[i, j]` is segment j of pair i,
+  −inf past the pair's last scored segment (device array, replicated)."""
+  pairs: list[Pair]
+  scores_ps: jax.Array
+
+  def host(self) -> dict[Pair, np.ndarray]:
+    """`{pair: float64 scores of its scored segments, in order}`."""
+    scores = np.asarray(jax.device_get(self.scores_ps), np.float64)
+    return {pair: scores[i][_valid(scores[i])]
+            for i, pair in enumerate(self.pairs)}
+
+  def select(self) -> dict[Pair, int]:
+    """Each pair's argmax segment (earliest on ties), from the devices."""
+    index = np.asarray(jax.device_get(_select_p(self.scores_ps)))
+    return {pair: int(index[i]) for i, pair in enumerate(self.pairs)}
+
+
+class RowSource(Protocol):
+  """Model rows of (query, document segment) pairs."""
+  # Fixed segment axis (e.g. `max_segments`), or None: the most any pair has.
+  width: int | None
+
+  def prepare(self, docids: Sequence[str]) -> None:
+    """Segments (tokenizes) these documents, with a progress bar."""
+
+  def num_segments(self, docid: str) -> int: ...
+
+  def row_length(self, qid: str, docid: str, segment: int) -> int:
+    """Tokens of the row, special tokens included."""
+
+  def row(self, qid: str, docid: str, segment: int, length: int
+          ) -> dict[str, np.ndarray]:
+    """The model inputs of one row, `length` tokens each."""
+
+  def features(self, length: int) -> dict[str, Feature]: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class _Row:
+  pair: int
+  qid: str
+  docid: str
+  segment: int
+
+
+class _ChunkRows:
+  """This process's rows of one bucket as a pipeline source: in chunk c,
+  the rows this process's devices hold are its rows c·n … (c+1)·n − 1 (n per
+  chunk); past its last row, padding rows of no pair."""
+
+  def __init__(self, source: RowSource, rows: list[_Row], length: int,
+               local_rows: np.ndarray, chunk: int, num_chunks: int):
+    self._source, self._rows, self._length = source, rows, length
+    self._chunk, self._num_chunks = chunk, num_chunks
+    self._position = {int(r): i for i, r in enumerate(local_rows)}
+    self._blank = {name: np.zeros(f.shape, f.dtype)
+                   for name, f in source.features(length).items()}
+
+  def __len__(self) -> int:
+    return self._chunk * self._num_chunks
+
+  def __getitem__(self, index: int) -> dict[str, np.ndarray]:
+    c, r = divmod(index, self._chunk)
+    k = c * len(self._position) + self._position[r]
+    if k >= len(self._rows):
+      return dict(self._blank, pair=np.int32(NO_PAIR), segment=np.int32(0))
+    row = self._rows[k]
+    inputs = self._source.row(row.qid, row.docid, row.segment, self._length)
+    return dict(inputs, pair=np.int32(row.pair), segment=np.int32(row.segment))
+
+
+def default_buckets(max_len: int, count: int = 4, multiple: int = 8
+                    ) -> tuple[int, ...]:
+  """`count` row lengths up to `max_len`, evenly spaced, multiples of 8."""
+  step = max_len / count
+  lengths = {min(max_len, multiple * math.ceil(step * (i + 1) / multiple))
+             for i in range(count)}
+  return tuple(sorted(lengths | {max_len}))
 
 
 class SegmentScorer:
-  """Scores the valid segments of (qid, docid) pairs in fixed-size chunks.
+  """Scores the valid segments of pairs with a trainer's model, on device.
 
   Args:
-    score_rows: `(params, inputs [rows, L]) -> scores [rows]` for exactly
-      `rows_per_call` rows (e.g. `functools.partial(trainer.score,
-      size=rows_per_call)`), so that every call has one shape and nothing
-      recompiles; the last chunk is padded by `score_rows`, never dropped.
-    source: where rows come from: `num_segments(docid) -> int` (valid
-      segments only; padding is never scored) and `inputs([((qid, docid),
-      segment), ...]) -> model inputs [n, L]` (e.g. `batches.SegmentRows`;
-      a QDS document is one "segment").
-    rows_per_call: rows per model call (a multiple of the batch sharding).
+    trainer: gives the model graph, mesh and shardings (`train.trainer`).
+    source: the rows (`RowSource`).
+    rows_per_call: rows per model call over all processes (a multiple of
+      the data-parallel devices and of the process count).
+    buckets: row lengths compiled for (ascending; the last fits every row).
+    names: the model's input arrays, in call order.
   """
 
-  def __init__(self, score_rows: Callable, source, rows_per_call: int):
-    self._score_rows = score_rows
+  def __init__(self, trainer, source: RowSource, *, rows_per_call: int,
+               buckets: Sequence[int],
+               names: Sequence[str] = ("input_ids", "attention_mask",
+                                       "token_type_ids")):
     self.source = source
     self.rows_per_call = rows_per_call
+    self.buckets = tuple(sorted(buckets))
+    self._batch_sharding = trainer.batch_sharding
+    self._mesh = trainer.mesh
+    self.built = (0, 0)  # (rows this process built, rows of all) last call
+    replicated = jax.NamedSharding(trainer.mesh, jax.P())
+    graphdef, names = trainer.graphdef, tuple(names)
 
-  def score(self, params, pairs: Sequence[Pair], *,
+    def score_into(params, buffer_ps, batch):
+      model = nnx.merge(graphdef, params)
+      scores_r = model(*(batch[n] for n in names)).astype(jnp.float32)
+      real_r = batch["example_mask"] & (batch["pair"] >= 0)
+      pair_r = jnp.where(real_r, batch["pair"], buffer_ps.shape[0])
+      return buffer_ps.at[pair_r, batch["segment"]].set(scores_r, mode="drop")
+
+    with jax.set_mesh(trainer.mesh):
+      self._score_into = jax.jit(
+          score_into, in_shardings=(trainer.param_shardings, replicated,
+                                    trainer.batch_sharding),
+          out_shardings=replicated, donate_argnums=1)
+    self._replicated = replicated
+
+  def _blank(self, num_pairs: int, width: int) -> jax.Array:
+    with jax.set_mesh(self._mesh):
+      return jax.jit(lambda: jnp.full((num_pairs, width), -jnp.inf),
+                     out_shardings=self._replicated)()
+
+  def score(self, params: Any, pairs: Sequence[Pair], *,
             max_segments: int | None = None, desc: str = "score"
-            ) -> dict[Pair, np.ndarray]:
-    """`{pair: scores of its valid segments, in order}`.
-
-    `max_segments` keeps only the leading segments (1: FirstP).
-    """
-    rows = []
-    for pair in pairs:
-      count = self.source.num_segments(pair[1])
+            ) -> PairScores:
+    """Scores every valid segment (the first `max_segments`) of `pairs`."""
+    pairs = list(pairs)
+    count, me = jax.process_count(), jax.process_index()
+    docids = list(dict.fromkeys(d for _, d in pairs))
+    mine = {d for i, d in enumerate(docids) if i % count == me}
+    self.source.prepare([d for d in docids if d in mine])
+    by_bucket: dict[int, list[_Row]] = {b: [] for b in self.buckets}
+    most = 1
+    for i, (qid, docid) in enumerate(pairs):
+      if docid not in mine:
+        continue
+      segments = self.source.num_segments(docid)
       if max_segments is not None:
-        count = min(count, max_segments)
-      rows.extend((pair, s) for s in range(count))
-    out = {pair: [] for pair in pairs}
-    chunk = self.rows_per_call
-    for start in tqdm(range(0, len(rows), chunk), desc=desc, unit="batch",
-                      leave=False, mininterval=2.0):
-      part = rows[start:start + chunk]
-      scores = self._score_rows(params, self.source.inputs(part))
-      for ((pair, _), value) in zip(part, scores):
-        out[pair].append(float(value))
-    return {pair: np.asarray(v, np.float64) for pair, v in out.items()}
+        segments = min(segments, max_segments)
+      most = max(most, segments)
+      for s in range(segments):
+        length = self.source.row_length(qid, docid, s)
+        bucket = next(b for b in self.buckets if b >= length)
+        by_bucket[bucket].append(_Row(i, qid, docid, s))
+    local_counts = np.array([len(by_bucket[b]) for b in self.buckets] + [most])
+    counts = _gather(local_counts)  # [processes, buckets + 1]
+    width = self.source.width or int(counts[:, -1].max())
+    if max_segments is not None:
+      width = min(width, max_segments)
+    local_rows = process_rows(self._batch_sharding, self.rows_per_call)
+    chunks = [math.ceil(int(counts[:, i].max()) / len(local_rows))
+              for i in range(len(self.buckets))]
+    padded = -(-max(len(pairs), 1) // 64) * 64  # fewer shapes to compile
+    buffer = self._blank(padded, width)
+    with tqdm(total=sum(chunks), desc=desc, unit="chunk", leave=False,
+              disable=me != 0, mininterval=2.0) as bar:
+      for bucket, num_chunks in zip(self.buckets, chunks):
+        if not num_chunks:
+          continue
+        rows = _ChunkRows(self.source, by_bucket[bucket], bucket, local_rows,
+                          self.rows_per_call, num_chunks)
+        features = dict(self.source.features(bucket), pair=Feature((),
+                        np.int32), segment=Feature((), np.int32))
+        pipeline = InputPipeline(rows, features,
+                                 global_batch_size=self.rows_per_call,
+                                 shuffle=False, repeat=False,
+                                 sharding=self._batch_sharding)
+        for batch in pipeline:
+          buffer = self._score_into(params, buffer, batch)
+          bar.update(1)
+    self.built = (int(local_counts[:-1].sum()), int(counts[:, :-1].sum()))
+    return PairScores(pairs, buffer[:len(pairs)])
+
+  def padding(self, pairs: Sequence[Pair], max_segments: int | None = None
+              ) -> float:
+    """Fraction of the encoder's row tokens spent on padding (tokens of
+    padded rows and past each row's end), as `score` would lay them out on
+    one process; the row count of every chunk is `rows_per_call`."""
+    real, total = 0, 0
+    lengths: dict[int, list[int]] = {b: [] for b in self.buckets}
+    self.source.prepare(list(dict.fromkeys(d for _, d in pairs)))
+    for qid, docid in pairs:
+      segments = self.source.num_segments(docid)
+      for s in range(segments if max_segments is None
+                     else min(segments, max_segments)):
+        length = self.source.row_length(qid, docid, s)
+        lengths[next(b for b in self.buckets if b >= length)].append(length)
+    for bucket, values in lengths.items():
+      real += sum(values)
+      total += math.ceil(len(values) / self.rows_per_call) * (
+          self.rows_per_call * bucket)
+    return 1.0 - real / max(total, 1)
+
+
+def _gather(values: np.ndarray) -> np.ndarray:
+  """`[processes, ...]`: every process's `values` (ints), on every process."""
+  if jax.process_count() == 1:
+    return values[None]
+  return np.asarray(multihost_utils.process_allgather(values))
+
+
+def select(scores: Mapping[Pair, np.ndarray]) -> dict[Pair, int]:
+  """The argmax segment of every scored pair (earliest on ties), on host
+  scores (e.g. read back from a work directory)."""
+  return {pair: int(np.argmax(s)) for pair, s in scores.items() if len(s)}

@@ -1,15 +1,19 @@
-"""Orbax checkpoints of a training run: state, config and data position.
+"""Orbax checkpoints: a training run's resumable state, and finished params.
 
-One checkpoint per saved step, written asynchronously, the newest
-`max_to_keep` kept. Each holds three items:
+`Checkpointer` keeps the newest `max_to_keep` checkpoints of one training
+run, written asynchronously. Each holds four items:
 
-  state  the TrainState (params, optimizer state, step, RNG key), sharded
-  config the run's configuration as JSON
-  data   the data position (an int or a small JSON dict)
+  state   the TrainState pytree (one state, or BeST's (θ⁽⁰⁾, θ⁽¹⁾)), sharded
+  best    the best parameters so far per dev key (model selection), sharded
+  record  the loop's JSON record (history, best dev scores, patience, ...)
+  data    the input pipeline's position
 
 Orbax writes each checkpoint to a temporary directory and renames it when
 complete, so a process killed mid-save leaves the previous checkpoints intact
-and `latest_step` never points at a partial one.
+and `latest_step` never points at a partial one. Restoring reads every array
+directly into its shards (the abstract trees carry the shardings): parameters
+never pass through one host. `save_params`/`load_params` do the same for the
+finished parameters of a stage. Paths may be local or `gs://` URIs.
 """
 
 from __future__ import annotations
@@ -19,67 +23,79 @@ from typing import Any
 
 import jax
 import orbax.checkpoint as ocp
+from etils import epath
 
-from best_jax.train.state import TrainState
+STATE, BEST, RECORD, DATA = "state", "best", "record", "data"
 
-STATE, CONFIG, DATA = "state", "config", "data"
+
+def _path(directory: str | os.PathLike) -> epath.Path:
+  directory = os.fspath(directory)
+  return epath.Path(directory if "://" in directory
+                    else os.path.abspath(directory))
+
+
+def abstract(tree: Any) -> Any:
+  """ShapeDtypeStructs (with shardings) of a tree of arrays."""
+  return jax.tree.map(
+      lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype,
+                                     sharding=getattr(x, "sharding", None)),
+      tree)
 
 
 class Checkpointer:
-  """A thin wrapper around `ocp.CheckpointManager` for TrainStates."""
+  """Async orbax checkpoints of one training run (see the module doc)."""
 
-  def __init__(self, directory: str | os.PathLike, *, max_to_keep: int = 3,
+  def __init__(self, directory: str | os.PathLike, *, max_to_keep: int = 2,
                async_save: bool = True):
-    self.directory = os.path.abspath(os.fspath(directory))
+    self.directory = _path(directory)
     options = ocp.CheckpointManagerOptions(
         max_to_keep=max_to_keep, create=True,
         enable_async_checkpointing=async_save)
     self._manager = ocp.CheckpointManager(
-        self.directory, options=options, item_names=(STATE, CONFIG, DATA))
+        self.directory, options=options,
+        item_names=(STATE, BEST, RECORD, DATA))
 
   def latest_step(self) -> int | None:
-    """The newest complete checkpoint's step, or None."""
+    """The newest complete checkpoint's step, or None (same on every
+    process: orbax reads it from the checkpoint directory)."""
     return self._manager.latest_step()
-
-  def all_steps(self) -> list[int]:
-    return list(self._manager.all_steps())
 
   def reached_preemption(self, step: int) -> bool:
     """True when the cluster asks every host to save and stop at `step`."""
     return self._manager.reached_preemption(step)
 
-  def save(self, step: int, state: TrainState, *, config: dict[str, Any],
-           data_position: Any) -> None:
-    """Starts saving `state` as checkpoint `step` (returns before it is
-    written; device arrays are copied first, so `state` may be donated)."""
-    self._manager.save(
-        step,
-        args=ocp.args.Composite(**{
-            STATE: ocp.args.StandardSave(state),
-            CONFIG: ocp.args.JsonSave(config),
-            DATA: ocp.args.JsonSave({"position": data_position}),
-        }),
-        force=True)
+  def save(self, step: int, *, state: Any, best: Any,
+           record: dict[str, Any], data: Any) -> None:
+    """Starts saving (returns before it is written; device arrays are copied
+    first, so `state` may be donated right after)."""
+    self._manager.save(step, args=ocp.args.Composite(**{
+        STATE: ocp.args.StandardSave(state),
+        BEST: ocp.args.StandardSave(best),
+        RECORD: ocp.args.JsonSave(record),
+        DATA: ocp.args.JsonSave({"position": data}),
+    }), force=True)
 
-  def restore(self, abstract_state: TrainState, step: int | None = None,
-              ) -> tuple[TrainState, dict[str, Any], Any]:
-    """(state, config, data position) of checkpoint `step` (default newest).
+  def record(self, step: int | None = None) -> dict[str, Any]:
+    """The JSON record of checkpoint `step` (default the newest)."""
+    step = self.latest_step() if step is None else step
+    return dict(self._manager.restore(step, args=ocp.args.Composite(**{
+        RECORD: ocp.args.JsonRestore()}))[RECORD])
 
-    `abstract_state` gives shapes, dtypes and shardings: every array is read
-    directly into its shards.
-    """
-    if step is None:
-      step = self.latest_step()
+  def restore(self, abstract_state: Any, abstract_best: Any,
+              step: int | None = None) -> tuple[Any, Any, dict, Any]:
+    """(state, best, record, data position) of checkpoint `step` (default
+    the newest), each array read into the sharding its abstract leaf has."""
+    step = self.latest_step() if step is None else step
     if step is None:
       raise FileNotFoundError(f"no checkpoint in {self.directory}")
-    restored = self._manager.restore(
-        step,
-        args=ocp.args.Composite(**{
-            STATE: ocp.args.StandardRestore(abstract_state),
-            CONFIG: ocp.args.JsonRestore(),
-            DATA: ocp.args.JsonRestore(),
-        }))
-    return restored[STATE], restored[CONFIG], restored[DATA]["position"]
+    restored = self._manager.restore(step, args=ocp.args.Composite(**{
+        STATE: ocp.args.StandardRestore(abstract_state),
+        BEST: ocp.args.StandardRestore(abstract_best),
+        RECORD: ocp.args.JsonRestore(),
+        DATA: ocp.args.JsonRestore(),
+    }))
+    return (restored[STATE], restored[BEST], dict(restored[RECORD]),
+            restored[DATA]["position"])
 
   def wait_until_finished(self) -> None:
     self._manager.wait_until_finished()
@@ -96,8 +112,15 @@ class Checkpointer:
     self.close()
 
 
-def abstract_like(state: TrainState) -> TrainState:
-  """ShapeDtypeStructs (with shardings) of a concrete state."""
-  return jax.tree.map(
-      lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding),
-      state)
+def save_params(directory: str | os.PathLike, params: Any) -> None:
+  """Saves a tree of (sharded) arrays to a new directory and waits."""
+  with ocp.StandardCheckpointer() as checkpointer:
+    checkpointer.save(_path(directory), params, force=True)
+    checkpointer.wait_until_finished()
+
+
+def load_params(directory: str | os.PathLike, like: Any) -> Any:
+  """Restores a tree saved by `save_params` into the shardings of `like`
+  (ShapeDtypeStructs with shardings, or arrays)."""
+  with ocp.StandardCheckpointer() as checkpointer:
+    return checkpointer.restore(_path(directory), abstract(like))

@@ -1,4 +1,4 @@
-"""Multi-host start-up and process-0-only side effects.
+"""Multi-host start-up, and agreement between the processes of a job.
 
 `maybe_initialize()` joins the processes of a multi-host job with
 `jax.distributed.initialize()`, but only when asked: by its `enable` argument,
@@ -16,21 +16,24 @@ Environment read here (all optional):
   BEST_JAX_CPU_COLLECTIVES collectives for CPU devices across processes
                            (default "gloo" when the platform is CPU).
 
-Side effects in a multi-process job happen on process 0 only:
-`is_main_process()`, `main_process_logging()` (silences the `best_jax` logger
-elsewhere) and `write_on_main(path, write)` (an atomic write by process 0, then
-a barrier so every process can read the file). Compiled code never branches on
-the process index.
+In a multi-process job every process runs the same code; files are written by
+process 0 (`best_jax.train.workdir`), and what process 0 reads is handed to
+the others with `broadcast_json`, so every process makes the same decisions
+without reading files it did not write. Compiled code never branches on the
+process index.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
-from collections.abc import Callable
-from typing import IO
+from typing import Any
 
-from best_jax.data.files import atomic_write
+import jax
+import numpy as np
+from jax.experimental import multihost_utils
+
 from best_jax.errors import InputError
 
 _ENV_SWITCH = "BEST_JAX_DISTRIBUTED"
@@ -89,8 +92,6 @@ def maybe_initialize(enable: bool | None = None, *,
   global _initialized
   if _initialized or not requested(enable):
     return _initialized
-  import jax  # pylint: disable=g-import-not-at-top
-
   environ = os.environ
   platforms = (environ.get("JAX_PLATFORMS") or "").lower()
   if platforms.startswith("cpu") or environ.get(_ENV_CPU_COLLECTIVES):
@@ -114,58 +115,29 @@ def maybe_initialize(enable: bool | None = None, *,
   return True
 
 
-def process_index() -> int:
-  import jax  # pylint: disable=g-import-not-at-top
-  return jax.process_index()
-
-
-def process_count() -> int:
-  import jax  # pylint: disable=g-import-not-at-top
-  return jax.process_count()
-
-
 def is_main_process() -> bool:
   """True on process 0 (and in every single-process run)."""
-  return process_index() == 0
-
-
-class _MainProcessFilter(logging.Filter):
-
-  def filter(self, record: logging.LogRecord) -> bool:
-    return is_main_process()
-
-
-_FILTER = _MainProcessFilter()
-
-
-def main_process_logging(logger: str = "best_jax") -> logging.Logger:
-  """Returns `logger`, silenced on every process but 0 (idempotent)."""
-  log = logging.getLogger(logger)
-  if _FILTER not in log.filters:
-    log.addFilter(_FILTER)
-  return log
+  return jax.process_index() == 0
 
 
 def barrier(name: str) -> None:
   """Waits until every process reaches the barrier `name` (no-op if one)."""
-  if process_count() > 1:
-    from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
+  if jax.process_count() > 1:
     multihost_utils.sync_global_devices(name)
 
 
-def write_on_main(path: str | os.PathLike, write: Callable[[IO], None],
-                  mode: str = "w", *, sync: bool = True) -> bool:
-  """Process 0 writes `path` atomically with `write(file)`; returns if it did.
+def broadcast_json(value: Any) -> Any:
+  """Process 0's `value` (JSON-able) on every process; every process calls it.
 
-  With `sync`, all processes then wait at a barrier, so the file exists for
-  everyone when this returns. Every process must call it (same order).
+  Used for decisions that depend on files only process 0 reads (e.g. whether
+  a stage of the experiment has finished), so all processes agree.
   """
-  wrote = False
-  if is_main_process():
-    with atomic_write(path, mode) as f:
-      write(f)
-    wrote = True
-  if sync:
-    # Named by the file name: the directory may differ between hosts.
-    barrier(f"best_jax.write_on_main:{os.path.basename(os.fspath(path))}")
-  return wrote
+  if jax.process_count() == 1:
+    return value
+  data = np.frombuffer(json.dumps(value).encode() if is_main_process()
+                       else b"", np.uint8)
+  size = int(multihost_utils.broadcast_one_to_all(np.int32(len(data))))
+  buffer = np.zeros(size, np.uint8)
+  buffer[:len(data)] = data
+  buffer = np.asarray(multihost_utils.broadcast_one_to_all(buffer))
+  return json.loads(buffer.tobytes().decode())

@@ -124,10 +124,18 @@ def batch_multiple(mesh: jax.sharding.Mesh, rules: Rules) -> int:
 
 def put_batch(batch: Mapping[str, np.ndarray],
               sharding: jax.NamedSharding) -> dict[str, jax.Array]:
-  """Host arrays (this process's rows) → global arrays sharded by example."""
-  return {name: jax.make_array_from_process_local_data(sharding,
-                                                       np.asarray(array))
-          for name, array in batch.items()}
+  """Host arrays (this process's rows) → global arrays sharded by example.
+
+  Every process passes an equal share: the global batch has
+  `rows × process_count` rows (the input pipeline is the product's path;
+  this serves single batches, e.g. benchmarks and AOT checks).
+  """
+  out = {}
+  for name, array in batch.items():
+    array = np.asarray(array)
+    shape = (len(array) * jax.process_count(),) + array.shape[1:]
+    out[name] = jax.make_array_from_process_local_data(sharding, array, shape)
+  return out
 
 
 def pad_batch(batch: Mapping[str, np.ndarray], size: int,

@@ -1,4 +1,4 @@
-"""The pure train and score steps (jitted once by `trainer.build_trainer`).
+"""The pure train step and its parts (jitted once by `trainer.build_trainer`).
 
 Batches are dicts of arrays whose leading axis is the example axis:
 
@@ -8,13 +8,16 @@ Batches are dicts of arrays whose leading axis is the example axis:
   example_mask                               [batch] bool, real examples
 
 Group is 2 for the pairwise hinge (positive, negative) and 1 + n for the
-cross-entropies. The loss is the mean over valid groups of the per-group loss;
-the step sums and counts over micro-batches so that gradient accumulation is
-the same computation as one large batch.
+cross-entropies. The loss is the mean over valid groups of the per-group loss.
+`loss_and_gradients` sums and counts over micro-batches, so that gradient
+accumulation is the same computation as one large batch; `guarded_update`
+applies an update only when it is finite. Both serve every step: this plain
+one and BeST's joint iteration-1 step (`train.best`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Mapping
 
 import jax
@@ -26,24 +29,25 @@ from best_jax.train import losses as losses_lib
 from best_jax.train.state import TrainState
 
 Batch = Mapping[str, jax.Array]
+# (params, batch, dropout key) -> (((loss sum, group count), ...), aux)
+SumsFn = Callable[[Any, Batch, jax.Array], tuple[tuple, Any]]
 
 MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 TRAIN_KEYS = MODEL_INPUTS + ("labels", "mask", "example_mask")
 
 
-def _loss_sum(graphdef: nnx.GraphDef, params: nnx.State, batch: Batch,
-              loss_fn: losses_lib.LossFn, dropout_key: jax.Array | None):
-  """(sum of group losses, number of valid groups) for one (micro-)batch."""
-  model = nnx.merge(graphdef, params)
-  rngs = None if dropout_key is None else nnx.Rngs(dropout=dropout_key)
+def group_loss_sum(model: nnx.Module, batch: Batch,
+                   loss_fn: losses_lib.LossFn, rngs: nnx.Rngs | None
+                   ) -> tuple[jax.Array, jax.Array]:
+  """(sum of group losses, number of valid groups) of `[B, G, L]` rows."""
   scores_bg = model(*(batch[name] for name in MODEL_INPUTS), rngs=rngs)
   group = loss_fn(scores_bg, batch["labels"], where=batch["mask"])
   return losses_lib.masked_sum(group.loss,
                                group.valid & batch["example_mask"])
 
 
-def _micro_batches(batch: Batch, steps: int,
-                   sharding: jax.NamedSharding | None) -> Batch:
+def micro_batches(batch: Batch, steps: int,
+                  sharding: jax.NamedSharding | None) -> Batch:
   """[batch, ...] → [steps, batch / steps, ...]; micro-batch j holds the
   examples j, j + steps, j + 2 steps, …, so every device keeps its rows."""
   def split(array):
@@ -58,7 +62,13 @@ def _micro_batches(batch: Batch, steps: int,
       array = jax.lax.with_sharding_constraint(
           array, jax.NamedSharding(sharding.mesh, spec))
     return array
-  return {name: split(batch[name]) for name in TRAIN_KEYS}
+  return {name: split(array) for name, array in batch.items()}
+
+
+def _merge_micro(array: jax.Array) -> jax.Array:
+  """Inverse of `micro_batches` for a per-example output `[steps, b, ...]`."""
+  steps, per = array.shape[:2]
+  return jnp.swapaxes(array, 0, 1).reshape((steps * per,) + array.shape[2:])
 
 
 def _accumulator(array) -> jnp.dtype:
@@ -66,43 +76,67 @@ def _accumulator(array) -> jnp.dtype:
   return jnp.promote_types(array.dtype, jnp.float32)
 
 
-def loss_and_gradients(graphdef: nnx.GraphDef, params: nnx.State,
-                       batch: Batch, loss_fn: losses_lib.LossFn,
-                       step_key: jax.Array | None,
-                       accumulation_steps: int = 1,
+def _value_and_grad(sums_fn: SumsFn, params: Any, batch: Batch,
+                    key: jax.Array):
+  def objective(p):
+    sums, aux = sums_fn(p, batch, key)
+    return sum(total for total, _ in sums), (sums, aux)
+  (_, (sums, aux)), grads = jax.value_and_grad(objective, has_aux=True)(
+      params)
+  return sums, jax.tree.map(lambda g: g.astype(_accumulator(g)), grads), aux
+
+
+def loss_and_gradients(sums_fn: SumsFn, params: Any, batch: Batch,
+                       key: jax.Array, accumulation_steps: int = 1,
                        batch_sharding: jax.NamedSharding | None = None):
-  """(loss sum, group count, gradient of the loss sum), at least float32.
+  """(sums, gradient of the summed loss sums, aux), at least float32.
 
-  With `accumulation_steps` k > 1 the batch is split into k micro-batches
-  whose sums are added: the same quantities as one pass over the batch.
+  `sums_fn` returns `((loss sum, count), ...)` (one pair per loss) and a
+  per-example aux output. With `accumulation_steps` k > 1 the batch is split
+  into k micro-batches (dropout key `fold_in(key, j)` for micro-batch j) whose
+  sums and gradients are added: the same quantities as one pass.
   """
-  grad_fn = jax.value_and_grad(_loss_sum, argnums=1, has_aux=True)
   if accumulation_steps == 1:
-    (total, count), grads = grad_fn(graphdef, params, batch, loss_fn,
-                                    step_key)
-    return total, count, jax.tree.map(lambda g: g.astype(_accumulator(g)),
-                                      grads)
+    return _value_and_grad(sums_fn, params, batch, key)
+  micro = micro_batches(batch, accumulation_steps, batch_sharding)
 
-  def accumulate(carry, micro):
-    total, count, grads = carry
-    index, micro_batch = micro
-    key = None if step_key is None else jax.random.fold_in(step_key, index)
-    (micro_total, micro_count), micro_grads = grad_fn(
-        graphdef, params, micro_batch, loss_fn, key)
-    grads = jax.tree.map(lambda a, g: a + g.astype(a.dtype), grads,
-                         micro_grads)
-    return (total + micro_total, count + micro_count, grads), None
+  def accumulate(carry, x):
+    index, micro_batch = x
+    sums, grads, aux = _value_and_grad(sums_fn, params, micro_batch,
+                                       jax.random.fold_in(key, index))
+    carry = jax.tree.map(lambda a, b: a + b.astype(a.dtype), carry,
+                         (sums, grads))
+    return carry, aux
 
-  zeros = jax.tree.map(lambda p: jnp.zeros(p.shape, _accumulator(p)), params)
-  micro = (jnp.arange(accumulation_steps),
-           _micro_batches(batch, accumulation_steps, batch_sharding))
-  loss_dtype = jax.eval_shape(
-      lambda: _loss_sum(graphdef, params, jax.tree.map(lambda a: a[0],
-                                                       micro[1]),
-                        loss_fn, None))[0].dtype
-  init = (jnp.zeros((), loss_dtype), jnp.zeros((), loss_dtype), zeros)
-  (total, count, grads), _ = jax.lax.scan(accumulate, init, micro)
-  return total, count, grads
+  first = jax.tree.map(lambda a: a[0], micro)
+  shapes = jax.eval_shape(lambda: _value_and_grad(sums_fn, params, first,
+                                                  key)[:2])
+  init = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+  (sums, grads), aux = jax.lax.scan(
+      accumulate, init, (jnp.arange(accumulation_steps), micro))
+  return sums, grads, jax.tree.map(_merge_micro, aux)
+
+
+def guarded_update(state: TrainState, loss: jax.Array, grads: Any,
+                   tx: optax.GradientTransformation
+                   ) -> tuple[TrainState, jax.Array]:
+  """Applies `grads` unless the loss or gradient is not finite; then the
+  state keeps its values and records the step in `nonfinite_step`, and once
+  set it never changes again. Returns (state, gradient norm)."""
+  grad_norm = optax.global_norm(grads)
+  updates, opt_state = tx.update(grads, state.opt_state, state.params)
+  params = optax.apply_updates(state.params, updates)
+  finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
+  apply = finite & (state.nonfinite_step < 0)
+  keep = lambda new, old: jax.tree.map(
+      lambda n, o: jnp.where(apply, n, o), new, old)
+  nonfinite_step = jnp.where(
+      (state.nonfinite_step < 0) & ~finite, state.step, state.nonfinite_step)
+  return state.replace(
+      step=jnp.where(apply, state.step + 1, state.step),
+      params=keep(params, state.params),
+      opt_state=keep(opt_state, state.opt_state),
+      nonfinite_step=nonfinite_step), grad_norm
 
 
 def train_step(state: TrainState, batch: Batch, *, graphdef: nnx.GraphDef,
@@ -112,50 +146,21 @@ def train_step(state: TrainState, batch: Batch, *, graphdef: nnx.GraphDef,
                ) -> tuple[TrainState, dict[str, jax.Array]]:
   """One optimizer update; returns the new state and scalar metrics.
 
-  Dropout uses `fold_in(root key, step)` (and the micro-batch index). If the
-  loss or gradient norm is not finite, the update is not applied and
-  `nonfinite_step` records the step; once set, the state no longer changes.
+  Dropout uses `fold_in(root key, step)` (and the micro-batch index).
   """
+  def sums_fn(params, micro_batch, key):
+    model = nnx.merge(graphdef, params)
+    return (group_loss_sum(model, micro_batch, loss_fn,
+                           nnx.Rngs(dropout=key)),), None
+
   step_key = jax.random.fold_in(state.root_key(), state.step)
-  total, count, grads = loss_and_gradients(
-      graphdef, state.params, batch, loss_fn, step_key, accumulation_steps,
+  ((total, count),), grads, _ = loss_and_gradients(
+      sums_fn, state.params, batch, step_key, accumulation_steps,
       batch_sharding)
   denominator = jnp.maximum(count, 1.0)
   loss = total / denominator
   grads = jax.tree.map(lambda g: g / denominator, grads)
-  grad_norm = optax.global_norm(grads)
-  updates, opt_state = tx.update(grads, state.opt_state, state.params)
-  params = optax.apply_updates(state.params, updates)
-
-  finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
-  apply = finite & (state.nonfinite_step < 0)
-  keep = lambda new, old: jax.tree.map(
-      lambda n, o: jnp.where(apply, n, o), new, old)
-  nonfinite_step = jnp.where(
-      (state.nonfinite_step < 0) & ~finite, state.step, state.nonfinite_step)
-  new_state = state.replace(
-      step=jnp.where(apply, state.step + 1, state.step),
-      params=keep(params, state.params),
-      opt_state=keep(opt_state, state.opt_state),
-      nonfinite_step=nonfinite_step)
-  metrics = {
-      "loss": loss,
-      "grad_norm": grad_norm,
-      "learning_rate": jnp.asarray(schedule(state.step), jnp.float32),
-      "groups": count,
-  }
-  return new_state, metrics
-
-
-def score_step(params: nnx.State, batch: Batch, *,
-               graphdef: nnx.GraphDef) -> jax.Array:
-  """Scores `[batch, ..., length]` inputs without dropout → [batch, ...]."""
-  model = nnx.merge(graphdef, params)
-  return model(*(batch[name] for name in MODEL_INPUTS))
-
-
-def check_batch(batch: Mapping[str, Any], keys=TRAIN_KEYS) -> None:
-  """Raises ValueError naming a missing batch array."""
-  missing = [name for name in keys if name not in batch]
-  if missing:
-    raise ValueError(f"batch lacks {missing}; it has {sorted(batch)}")
+  learning_rate = jnp.asarray(schedule(state.step), jnp.float32)
+  state, grad_norm = guarded_update(state, loss, grads, tx)
+  return state, {"loss": loss, "grad_norm": grad_norm,
+                 "learning_rate": learning_rate, "groups": count}

@@ -7,7 +7,8 @@
   state = trainer.init_from_params(split_params(load_ranker(dir, rngs=…))[1],
                                    config.seed)
   state, metrics = trainer.train_step(state, trainer.put(batch))
-  scores = trainer.score(state.params, host_batch)   # pads, never drops
+
+Scoring with the same model: `best_jax.select.selection.SegmentScorer`.
 
 `config` needs `mesh`, `logical_axis_rules`, `optimizer` and `train.loss`
 (`train.accumulation_steps` optional); see configs/tiny_cpu.py.
@@ -44,50 +45,30 @@ class Trainer:
   state_shardings: TrainState
   batch_sharding: jax.NamedSharding
   batch_multiple: int          # Global batch sizes must be multiples of it.
+  param_shardings: Any         # NamedShardings, shaped like the params.
   init: Callable[[int], TrainState]
   train_step: Callable[..., tuple[TrainState, dict[str, jax.Array]]]
-  score_step: Callable[[nnx.State, Mapping[str, jax.Array]], jax.Array]
   # Wraps given parameters (e.g. `load_ranker`'s, pretrained) in a fresh
-  # state; they are moved to their shardings first.
+  # state; they are moved to their shardings first and never donated.
   init_from_params: Callable[[nnx.State, int], TrainState]
 
   def put(self, batch: Mapping[str, np.ndarray]) -> dict[str, jax.Array]:
     """Host batch → global arrays sharded over the batch mesh axis."""
     return sharding_lib.put_batch(batch, self.batch_sharding)
 
-  def score(self, params: nnx.State, batch: Mapping[str, np.ndarray],
-            size: int | None = None) -> np.ndarray:
-    """Scores a host batch of any size without dropout; returns host scores.
+  def put_params(self, params: nnx.State) -> nnx.State:
+    """Host (or differently placed) parameters → their shardings."""
+    return jax.device_put(params, self.param_shardings)
 
-    The batch is padded to `size` rows (default: the next multiple of the
-    per-process share of `batch_multiple`; pass a fixed size to avoid
-    recompiling on short last batches), and the padding's scores are removed.
-    With several processes, each passes its own rows and gets their scores.
-    """
-    inputs = {name: np.asarray(batch[name])
-              for name in steps_lib.MODEL_INPUTS}
-    num_rows = len(inputs["input_ids"])
-    multiple = max(1, self.batch_multiple // jax.process_count())
-    size = size or -(-max(num_rows, 1) // multiple) * multiple
-    if size % multiple or size < num_rows:
-      raise ValueError(f"score size {size} must be a multiple of {multiple} "
-                       f"and at least the batch's {num_rows} rows")
-    padded = sharding_lib.pad_batch(inputs, size)
-    del padded["example_mask"]
-    scores = self.score_step(params, self.put(padded))
-    if scores.is_fully_addressable:
-      return np.asarray(jax.device_get(scores))[:num_rows]
-    # Several processes: rows are laid out process by process.
-    from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
-    every = np.asarray(multihost_utils.process_allgather(scores, tiled=True))
-    start = jax.process_index() * size
-    return every[start:start + num_rows]
+  def abstract_params(self) -> nnx.State:
+    """ShapeDtypeStructs (with shardings) of the parameters."""
+    return self.abstract_state.params
 
 
 def build_trainer(model_fn: state_lib.ModelFn,
                   config: ml_collections.ConfigDict,
                   mesh: jax.sharding.Mesh | None = None) -> Trainer:
-  """Builds mesh, shardings and the jitted init/train/score functions.
+  """Builds mesh, shardings and the jitted init and train functions.
 
   Args:
     model_fn: `rngs -> nnx.Module`, called under `nnx.eval_shape` and inside
@@ -128,29 +109,25 @@ def build_trainer(model_fn: state_lib.ModelFn,
       steps_lib.train_step, graphdef=graphdef, tx=tx, schedule=schedule,
       loss_fn=loss_fn, accumulation_steps=accumulation_steps,
       batch_sharding=batch_sharding)
-  score_step = functools.partial(steps_lib.score_step, graphdef=graphdef)
   metrics_shardings = replicated
 
   with jax.set_mesh(mesh):
     jitted_init = jax.jit(init, out_shardings=shardings)
     jitted_from_params = jax.jit(
         init_from_params, in_shardings=(param_shardings, replicated),
-        out_shardings=shardings, donate_argnums=0)
+        out_shardings=shardings)
     jitted_train = jax.jit(
         train_step, in_shardings=(shardings, batch_sharding),
         out_shardings=(shardings, metrics_shardings), donate_argnums=0)
-    jitted_score = jax.jit(
-        score_step, in_shardings=(param_shardings, batch_sharding),
-        out_shardings=batch_sharding)
 
   return Trainer(
       mesh=mesh, graphdef=graphdef, tx=tx, schedule=schedule,
       abstract_state=abstract_state, state_shardings=shardings,
       batch_sharding=batch_sharding,
       batch_multiple=sharding_lib.batch_multiple(mesh, rules),
+      param_shardings=param_shardings,
       init=_under_mesh(mesh, jitted_init),
       train_step=_under_mesh(mesh, jitted_train),
-      score_step=_under_mesh(mesh, jitted_score),
       init_from_params=_place_then(mesh, param_shardings,
                                    jitted_from_params))
 
@@ -161,7 +138,8 @@ def _place_then(mesh: jax.sharding.Mesh, param_shardings: Any,
   def call(params, seed):
     params = jax.device_put(params, param_shardings)
     with jax.set_mesh(mesh):
-      return fn(params, seed)
+      return fn(params, jax.device_put(np.int32(seed), replicated))
+  replicated = jax.NamedSharding(mesh, jax.P())
   return call
 
 

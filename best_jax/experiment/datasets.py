@@ -21,10 +21,15 @@ import os
 import ml_collections
 import numpy as np
 
+from best_jax.data import prepare
+from best_jax.data import squad_longdoc as sl
 from best_jax.data import trec
+from best_jax.data.corpus import load_cranfield, read_corpus
 from best_jax.data.files import read_lines
 from best_jax.data.trec import Qrels, Run
 from best_jax.errors import InputError
+from best_jax.rerank.folds import read_folds
+from best_jax.retrieval.bm25 import bm25_run
 
 SPLITS = ("train", "dev", "test")
 Gold = dict[tuple[str, str], tuple[int, int]]
@@ -128,7 +133,6 @@ def synthetic_data(num_queries: int = 48, num_docs: int = 40,
     sentences = sentences_of[docid]
     start = sum(len(s) + 1 for s in sentences[:where])
     spans[(qid, docid)] = (start, start + len(sentences[where]))
-  from best_jax.retrieval.bm25 import bm25_run  # pylint: disable=g-import-not-at-top
   run = bm25_run({d: f"{t} {x}" for d, (t, x) in documents.items()}, topics,
                  k=20, stem=False, show_progress=False)
   qids = list(topics)
@@ -163,9 +167,6 @@ def _read_gold(path: str) -> Gold:
 
 def _squad_longdoc(data: ml_collections.ConfigDict, workdir: str
                    ) -> ExperimentData:
-  from best_jax.data import prepare  # pylint: disable=g-import-not-at-top
-  from best_jax.data import squad_longdoc as sl  # pylint: disable=g-import-not-at-top
-  from best_jax.data.corpus import read_corpus  # pylint: disable=g-import-not-at-top
   directory = data.get("dir") or os.path.join(workdir, "data")
   if not os.path.isfile(os.path.join(directory, "stats.json")):
     try:
@@ -208,7 +209,6 @@ def _documents_for(data: ml_collections.ConfigDict, docids: set[str]
                    ) -> dict[str, tuple[str, str]]:
   """Texts of `docids` from `data.corpus` (a file) or ir_datasets."""
   if data.get("corpus"):
-    from best_jax.data.corpus import read_corpus  # pylint: disable=g-import-not-at-top
     corpus = read_corpus(data.corpus)
     return {d: (corpus[d].title, corpus[d].text) for d in docids
             if d in corpus}
@@ -249,7 +249,6 @@ def _trec(data: ml_collections.ConfigDict, workdir: str) -> ExperimentData:
 
   parts = {}
   if data.get("folds"):
-    from best_jax.rerank.folds import read_folds  # pylint: disable=g-import-not-at-top
     topics, qrels, run = read(data.topics, data.qrels, data.run)
     folds = read_folds(data.folds)
     names = list(folds)
@@ -293,8 +292,6 @@ def _trec(data: ml_collections.ConfigDict, workdir: str) -> ExperimentData:
 def _cranfield(data: ml_collections.ConfigDict, workdir: str
                ) -> ExperimentData:
   del workdir
-  from best_jax.data.corpus import load_cranfield  # pylint: disable=g-import-not-at-top
-  from best_jax.retrieval.bm25 import bm25_run  # pylint: disable=g-import-not-at-top
   collection = load_cranfield(data.dir)
   documents = {d: (doc.title, doc.text)
                for d, doc in collection.corpus.items()}

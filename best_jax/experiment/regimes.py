@@ -11,14 +11,18 @@ Segment choice per regime (SPEC §1-2):
 - `firstp`: segment 0 of every document (Eq.1). Also the training of BeST's
   definition of MaxP, which differs only at inference.
 - `maxp_all`: Dai & Callan's MaxP, trained on all passages with the document's
-  label: a uniformly random valid segment of every document, per step.
+  label: a uniformly random valid segment of every document, per example.
 - `goldp`: the gold segment of the positive (the segment holding the gold
-  passage), segment 0 (or a random one) of the negatives.
+  passage), segment 0 (or a random one) of the negatives; all from the same
+  random-length segmentation, so GoldP cannot learn segment length.
 - `best`: iteration 1 sees all `k_train` leading segments (the joint step
   picks them); later iterations see the segment selected by the frozen
   previous model (Eq.2).
 - `qds`: no segment at all: the QDS-Transformer reads the whole document in
   one sparse-attention row (`train/qds_regime.py`).
+
+Segments are those of `inputs.train_segments`: random lengths over the same
+span of the document as inference scores.
 """
 
 from __future__ import annotations
@@ -36,6 +40,8 @@ from best_jax.data.trec import Qrels, Run, ranked
 REGIMES = ("firstp", "maxp", "maxp_all", "goldp", "best", "qds")
 # Regimes whose trained model is the FirstP model (MaxP differs at inference).
 TRAINS_LIKE_FIRSTP = ("firstp", "maxp")
+# `choose_segments`' index for "the segment holding the gold passage".
+GOLD = -1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,46 +122,41 @@ def pairs(batches: Sequence[Sequence[Group]]) -> list[tuple[str, str]]:
   return list(seen)
 
 
-def choose_segments(regime: str, batch: Sequence[Group], *,
-                    num_segments: Mapping[str, int],
+def choose_segments(regime: str, group: Group, counts: Sequence[int], *,
                     rng: np.random.Generator,
                     selected: Mapping[tuple[str, str], int] | None = None,
-                    negatives: str = "first") -> np.ndarray:
-  """Segment index of every document of every group, `[batch, group]` int32.
+                    negatives: str = "first") -> list[int]:
+  """The training segment of each document of `group`, in order.
 
   Args:
-    regime: `firstp`/`maxp`, `maxp_all`, `goldp` or `best` (later
-      iterations; iteration 1 uses every segment and needs no choice).
-    batch: the groups of one step.
-    num_segments: valid training segments of each document (>= 1).
-    rng: draws the random segments (`maxp_all`, random negatives).
+    regime: `firstp`/`maxp`, `maxp_all`, `goldp` or `best` (iterations >= 2;
+      iteration 1 trains on every segment and needs no choice).
+    group: the query and its documents, positive first.
+    counts: valid training segments of each document (>= 1).
+    rng: draws the random segments (`maxp_all`, GoldP's negatives).
     selected: `best`: the selected segment of each (qid, docid).
     negatives: `goldp`: "first" or "random" segment of the negatives.
 
-  For `goldp` the positive's index is -1: its gold segment comes from the
-  document's full segmentation (`batches.gold_segment`), not the training one.
+  For `goldp` the positive gets `GOLD`: the segment that holds its gold
+  passage (`examples.gold_segment`), found among all its segments.
   """
-  out = np.zeros((len(batch), len(batch[0].docids)), np.int32)
-  for b, group in enumerate(batch):
-    for g, docid in enumerate(group.docids):
-      count = num_segments[docid]
-      if regime in TRAINS_LIKE_FIRSTP:
-        index = 0
-      elif regime == "maxp_all":
-        index = int(rng.integers(count))
-      elif regime == "goldp":
-        if g == 0:
-          index = -1
-        else:
-          index = 0 if negatives == "first" else int(rng.integers(count))
-      elif regime == "qds":
-        raise ValueError("the qds regime reads whole documents; it has no "
-                         "segment to choose")
-      elif regime == "best":
-        if selected is None:
-          raise ValueError("the best regime needs selected segments")
-        index = selected[(group.qid, docid)]
+  out = []
+  for g, (docid, count) in enumerate(zip(group.docids, counts)):
+    if regime in TRAINS_LIKE_FIRSTP:
+      index = 0
+    elif regime == "maxp_all":
+      index = int(rng.integers(count))
+    elif regime == "goldp":
+      if g == 0:
+        index = GOLD
       else:
-        raise ValueError(f"unknown regime {regime!r}; one of {REGIMES}")
-      out[b, g] = index
+        index = 0 if negatives == "first" else int(rng.integers(count))
+    elif regime == "best":
+      if selected is None:
+        raise ValueError("the best regime needs selected segments")
+      index = selected[(group.qid, docid)]
+    else:
+      raise ValueError(f"regime {regime!r} has no segment to choose; one of "
+                       f"{TRAINS_LIKE_FIRSTP + ('maxp_all', 'goldp', 'best')}")
+    out.append(index)
   return out

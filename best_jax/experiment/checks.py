@@ -1,0 +1,112 @@
+"""What `best_jax train` checks before it writes anything, and what each
+finished stage records so that a rerun never resumes stale work.
+
+`check_config` turns a bad value into one `InputError` line (exit 2) before
+the work directory is touched. `fingerprint(config, regime)` is the flat
+`{dotted key: value}` of every setting a stage's model depends on; the stage
+records it, and `stale_keys` names what a rerun changed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import ml_collections
+
+from best_jax.errors import InputError
+from best_jax.segments.config import SegmenterConfig
+from best_jax.experiment.regimes import REGIMES
+from best_jax.train import sharding as sharding_lib
+
+
+RANKER_KINDS = ("cross", "bi")
+
+# Settings that change how a run is shown or paced, never a trained model.
+# The dev/test candidates (`eval.depth`) are re-read on every run: a rerun
+# with another depth rescores the test pairs with the same models.
+_NOT_MODEL = ("train.log_every", "train.checkpoint_every", "train.max_to_keep",
+              "eval.rows_per_call", "eval.depth", "best.max_iterations",
+              "best.evaluate_theta0", "mesh.", "logical_axis_rules", "birch.",
+              "regimes", "interpolate.", "peer.")
+# Config sections that only one regime reads.
+_REGIME_SECTIONS = {"goldp": ("goldp.",), "best": ("best.",),
+                    "qds": ("qds.",)}
+
+
+def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
+  if isinstance(value, (dict, ml_collections.ConfigDict)):
+    items = value.items()
+    out = {}
+    for key, child in items:
+      out.update(_flat(child, f"{prefix}{key}."))
+    return out
+  if isinstance(value, (list, tuple)):
+    value = [_flat(v) if isinstance(v, (dict, list, tuple)) else v
+             for v in value]
+  return {prefix[:-1]: value}
+
+
+def fingerprint(config: ml_collections.ConfigDict, regime: str
+                ) -> dict[str, Any]:
+  """The settings a model trained under `regime` depends on."""
+  others = [p for r, ps in _REGIME_SECTIONS.items() if r != regime
+            for p in ps]
+  return {key: value for key, value in _flat(config.to_dict()).items()
+          if not key.startswith(_NOT_MODEL) and not key.startswith(
+              tuple(others))}
+
+
+def stale_keys(recorded: dict[str, Any], current: dict[str, Any]
+               ) -> list[str]:
+  """`key: old -> new` for every setting that differs."""
+  keys = sorted(set(recorded) | set(current))
+  return [f"{k}: {recorded.get(k, '(unset)')!r} -> {current.get(k, '(unset)')!r}"
+          for k in keys if recorded.get(k) != current.get(k)]
+
+
+def _require(condition: bool, message: str) -> None:
+  if not condition:
+    raise InputError(message)
+
+
+def check_config(config: ml_collections.ConfigDict) -> jax.sharding.Mesh:
+  """Raises InputError on a value that cannot run; returns the mesh."""
+  t = config.train
+  for regime in config.regimes:
+    _require(regime in REGIMES,
+             f"config.regimes: unknown regime {regime!r}; one of {REGIMES}")
+  _require("qds" not in config.regimes or "qds" in config,
+           "the qds regime needs a config.qds section (see "
+           "configs/qds_squad_longdoc.py)")
+  kind = config.ranker.get("kind", "cross")
+  _require(kind in RANKER_KINDS,
+           f"config.ranker.kind={kind!r}: use one of {RANKER_KINDS}")
+  for name in ("num_steps", "batch_size", "eval_every", "log_every",
+               "accumulation_steps"):
+    _require(int(t.get(name, 1)) >= 1,
+             f"config.train.{name}={t.get(name)!r} must be at least 1")
+  _require(t.group_size >= 2, f"config.train.group_size={t.group_size} must "
+           "be at least 2 (a positive and a negative)")
+  _require(t.patience >= 0, f"config.train.patience={t.patience} must be >= 0")
+  _require(config.optimizer.learning_rate > 0,
+           f"config.optimizer.learning_rate={config.optimizer.learning_rate}"
+           " must be positive")
+  _require(config.eval.depth >= 1, f"config.eval.depth={config.eval.depth} "
+           "must be at least 1")
+  try:
+    SegmenterConfig(**config.segments.to_dict())
+    mesh = sharding_lib.make_mesh(config.mesh.shape, config.mesh.axis_names)
+  except (ValueError, TypeError) as e:
+    raise InputError(f"config: {e}") from None
+  multiple = sharding_lib.batch_multiple(
+      mesh, tuple(tuple(r) for r in config.logical_axis_rules))
+  accumulation = t.get("accumulation_steps", 1)
+  _require(t.batch_size % accumulation == 0,
+           f"config.train.batch_size={t.batch_size} is not a multiple of "
+           f"config.train.accumulation_steps={accumulation}")
+  _require((t.batch_size // accumulation) % multiple == 0,
+           f"config.train.batch_size={t.batch_size} (per micro-batch "
+           f"{t.batch_size // accumulation}) is not a multiple of the "
+           f"{multiple} data-parallel devices of the mesh")
+  return mesh

@@ -1,0 +1,136 @@
+"""Evaluating an experiment's models: dev MRR@10 for model selection, test
+runs that carry the models' scores, and segment P@1 (the paper's Table 2).
+
+Runs: a model reranks each test query's first-stage top `eval.depth`; those
+documents carry the model's (aggregated) scores, and the rest of the
+first-stage list follows in its own order, scored below them, so the run can
+be fused, thresholded or truncated by score.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from best_jax.data import trec
+from best_jax.evaluate import trec_eval
+from best_jax.experiment.inputs import Inputs, Pair
+from best_jax.experiment.workdir import Workdir
+from best_jax.rerank.aggregate import aggregate
+from best_jax.select.bm25_segments import bm25_best_segments
+from best_jax.select.selection import SegmentScorer
+from best_jax.train.loop import Evaluate
+
+DEV_METRIC = "recip_rank_cut_10"
+TEST_METRICS = ("ndcg_cut_10", "recip_rank_cut_10", "map", "ndcg_cut_20",
+                "P_20", "recip_rank")
+CEILING = "Ceiling (gold among the scored segments)"
+SEGMENTS = "segments"  # WORKDIR/segments/NAME.json: test segment scores
+
+
+def reranked(scores: Mapping[Pair, np.ndarray],
+             candidates: Mapping[str, Sequence[str]], method: str
+             ) -> trec.Run:
+  """`{qid: {docid: aggregated score}}` of the candidates."""
+  return {q: {d: aggregate(scores[(q, d)], method) for d in ds}
+          for q, ds in candidates.items()}
+
+
+def full_run(top: trec.Run, first_stage: trec.Run) -> trec.Run:
+  """The reranked documents with their scores, then the rest of the first
+  stage's list in its order, scored below them."""
+  out = {}
+  for qid, first in first_stage.items():
+    scores = dict(top.get(qid, {}))
+    floor = min(scores.values(), default=0.0)
+    rest = [d for d, _ in trec.ranked(first) if d not in scores]
+    for i, docid in enumerate(rest):
+      scores[docid] = floor - 1.0 - i
+    out[qid] = scores
+  return out
+
+
+def dev_evaluator(inputs: Inputs, scorer: SegmentScorer,
+                  aggregations: Sequence[str]) -> Evaluate:
+  """`device params -> {aggregation: dev MRR@10}` over the dev candidates
+  (only first segments are scored when `first` is the only aggregation)."""
+  candidates = inputs.candidates["dev"]
+  pairs = [(q, d) for q, ds in candidates.items() for d in ds]
+  qrels = inputs.data.splits["dev"].qrels
+  first_only = tuple(aggregations) == ("first",)
+
+  def evaluate(params) -> dict[str, float]:
+    scores = scorer.score(params, pairs, desc="dev",
+                          max_segments=1 if first_only else None).host()
+    return {agg: trec_eval.evaluate(reranked(scores, candidates, agg), qrels,
+                                    [DEV_METRIC])[0][DEV_METRIC]
+            for agg in aggregations}
+  return evaluate
+
+
+def test_scores(workdir: Workdir, inputs: Inputs, scorer: SegmentScorer,
+                params, name: str, *, max_segments: int | None = None,
+                whole_documents: bool = False) -> dict[Pair, np.ndarray]:
+  """Scores of every segment of the test pairs, saved in segments/NAME.json
+  with their character spans (`best_jax explain` shows them); reused by a
+  rerun while the test pairs are the same. `whole_documents`: a "segment" is
+  the document (QDS)."""
+  pairs = inputs.pairs["test"]
+  saved = workdir.read_json(SEGMENTS, f"{name}.json")
+  if saved is not None:
+    scores = {(r["qid"], r["docid"]): np.asarray(r["scores"]) for r in saved}
+    if set(scores) == set(pairs):
+      return scores
+    workdir.log(f"{name}: the saved test scores are for other pairs; "
+                "rescoring")
+  scores = scorer.score(params, pairs, max_segments=max_segments,
+                        desc=f"test ({name})").host()
+  if workdir.writes:
+    records = []
+    for (qid, docid), values in scores.items():
+      spans = ([[0, len(inputs.documents[docid][1])]] if whole_documents
+               else inputs.eval_segments[docid].spans_s2[:len(values)].tolist())
+      records.append({"qid": qid, "docid": docid,
+                      "scores": [float(v) for v in values], "spans": spans})
+    workdir.write_json(records, SEGMENTS, f"{name}.json")
+  return scores
+
+
+def overlaps(span: Sequence[int], gold: Sequence[int]) -> bool:
+  """True when a segment's character span shares text with the gold span."""
+  return min(span[1], gold[1]) > max(span[0], gold[0])
+
+
+def segment_p_at_1(chosen: Mapping[Pair, int], spans, gold) -> float:
+  """P@1: fraction of (query, relevant document) pairs whose chosen segment
+  overlaps the gold passage."""
+  hits = [overlaps(spans[p][chosen[p]], g) for p, g in gold.items()
+          if p in chosen]
+  return float(np.mean(hits)) if hits else float("nan")
+
+
+def selection_p_at_1(inputs: Inputs, scores: Mapping[str, Mapping]
+                     ) -> dict[str, float]:
+  """Table 2: P@1 of each selector on the test (query, relevant document)
+  pairs: the ceiling, random, first segment, BM25-best segment, and each
+  model's argmax (`scores`: name -> test segment scores)."""
+  gold = inputs.data.splits["test"].gold
+  if not gold:
+    return {}
+  spans = {p: inputs.eval_segments[p[1]].spans_s2.tolist() for p in gold}
+  # The ceiling: pairs whose gold passage lies within the scored segments
+  # (below 1 when `max_segments` cuts long documents).
+  out = {CEILING: float(np.mean([any(overlaps(s, g) for s in spans[p])
+                                 for p, g in gold.items()]))}
+  out["Random"] = float(np.mean([np.mean([overlaps(s, g) for s in spans[p]])
+                                 for p, g in gold.items()]))
+  out["First segment"] = segment_p_at_1({p: 0 for p in gold}, spans, gold)
+  texts = {p: [inputs.documents[p[1]][1][a:b] for a, b in spans[p]]
+           for p in gold}
+  bm25 = bm25_best_segments(inputs.data.splits["test"].topics, texts)
+  out["BM25-best segment"] = segment_p_at_1(bm25, spans, gold)
+  for name, by_pair in scores.items():
+    chosen = {p: int(np.argmax(by_pair[p])) for p in gold if p in by_pair}
+    out[name] = segment_p_at_1(chosen, spans, gold)
+  return out

@@ -1,0 +1,160 @@
+"""Training examples: one per group of the schedule, built on demand.
+
+A group (a query, its positive document, then negatives) becomes model
+inputs according to the regime (SPEC §1-2, `train.regimes`):
+
+- one segment per document, `[G, L]` (`SegmentExamples`): FirstP (segment 0),
+  MaxP-all (a random segment), GoldP (the positive's segment holding the gold
+  passage, random negative segments) and BeST iterations ≥ 2 (the segment
+  the frozen previous model selected);
+- every training segment, `[G, S, L]` with a segment mask `[G, S]`
+  (`AllSegmentExamples`): BeST's joint iteration-1 step.
+
+Segments come from one segmentation with random lengths over the inference
+span (`inputs.train_segments`), so every regime, the selection and inference
+see the same part of the document, and no regime can learn the segment
+length. `GroupExamples` is the random-access source of the input pipeline:
+example i of the flat schedule is built only by the process whose rows hold
+it, deterministically in (seed, i), so batches do not depend on the number of
+processes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+
+import numpy as np
+
+from best_jax.data.pipeline import Feature
+from best_jax.segments.packing import pack_inputs
+from best_jax.experiment import regimes
+from best_jax.experiment.inputs import Inputs, SegmentCache
+from best_jax.experiment.regimes import Group
+
+Example = dict[str, np.ndarray]
+
+
+def gold_segment(spans_s2: np.ndarray, gold: tuple[int, int]) -> int:
+  """The segment that overlaps the gold span `[start, end)` the most.
+
+  Ties go to the earlier segment; with no overlap at all, the last segment
+  starting at or before the gold start.
+  """
+  start, end = gold
+  overlap = (np.minimum(spans_s2[:, 1], end)
+             - np.maximum(spans_s2[:, 0], start)).clip(min=0)
+  if overlap.max(initial=0) > 0:
+    return int(np.argmax(overlap))
+  before = np.nonzero(spans_s2[:, 0] <= start)[0]
+  return int(before[-1]) if len(before) else 0
+
+
+def _labels(num_docs: int) -> np.ndarray:
+  labels_g = np.zeros(num_docs, np.float32)
+  labels_g[0] = 1.0
+  return labels_g
+
+
+def _pack(inputs: Inputs, qid: str, tokens: np.ndarray, mask: np.ndarray
+          ) -> Example:
+  """`[CLS] query [SEP] content [SEP]` rows for contents `[..., Lc]`."""
+  ids_q, qmask_q = inputs.queries.rows([qid])
+  shape = (1,) * (tokens.ndim - 1) + ids_q.shape[-1:]
+  return pack_inputs(ids_q.reshape(shape), qmask_q.reshape(shape), tokens,
+                     mask, config=inputs.segmenter.config,
+                     special=inputs.segmenter.special)
+
+
+def cross_features(num_docs: int, length: int,
+                   num_segments: int | None = None) -> dict[str, Feature]:
+  """Fixed shapes of a cross-encoder training example."""
+  lead = (num_docs,) if num_segments is None else (num_docs, num_segments)
+  features = {"input_ids": Feature(lead + (length,), np.int32),
+              "attention_mask": Feature(lead + (length,), bool),
+              "token_type_ids": Feature(lead + (length,), np.int32),
+              "labels": Feature((num_docs,), np.float32),
+              "mask": Feature(lead, bool)}
+  return features
+
+
+@dataclasses.dataclass
+class SegmentExamples:
+  """One chosen segment per document: a `steps.train_step` example."""
+  inputs: Inputs
+  regime: str
+  seed: int
+  selected: Mapping[tuple[str, str], int] | None = None
+  negatives: str = "first"
+
+  def features(self, group_size: int) -> dict[str, Feature]:
+    return cross_features(group_size, self.inputs.segmenter.config.max_len)
+
+  def __call__(self, index: int, group: Group) -> Example:
+    store: SegmentCache = self.inputs.train_segments
+    counts = [store[d].count for d in group.docids]
+    rng = np.random.default_rng([self.seed, index, 7])
+    choice = regimes.choose_segments(
+        self.regime, group, counts, rng=rng, selected=self.selected,
+        negatives=self.negatives)
+    content_len = self.inputs.segmenter.config.content_len
+    tokens = np.zeros((len(group.docids), content_len), np.int32)
+    mask = np.zeros((len(group.docids), content_len), bool)
+    for g, (docid, segment) in enumerate(zip(group.docids, choice)):
+      if segment == regimes.GOLD:
+        doc = self.inputs.gold_segments[docid]
+        span = self.inputs.data.splits["train"].gold.get((group.qid, docid))
+        # A positive without a gold passage falls back to its first segment.
+        segment = 0 if span is None else gold_segment(doc.spans_s2, span)
+      else:
+        doc = store[docid]
+      tokens[g], mask[g] = doc.tokens_sl[segment], doc.mask_sl[segment]
+    return dict(_pack(self.inputs, group.qid, tokens, mask),
+                labels=_labels(len(group.docids)),
+                mask=np.ones(len(group.docids), bool))
+
+
+@dataclasses.dataclass
+class AllSegmentExamples:
+  """Every training segment of every document: BeST's joint-step example."""
+  inputs: Inputs
+
+  @property
+  def width(self) -> int:
+    return self.inputs.segmenter.config.k_train
+
+  def features(self, group_size: int) -> dict[str, Feature]:
+    return cross_features(group_size, self.inputs.segmenter.config.max_len,
+                          self.width)
+
+  def __call__(self, index: int, group: Group) -> Example:
+    del index
+    content_len = self.inputs.segmenter.config.content_len
+    shape = (len(group.docids), self.width)
+    tokens = np.zeros(shape + (content_len,), np.int32)
+    mask = np.zeros(shape + (content_len,), bool)
+    valid = np.zeros(shape, bool)
+    for g, docid in enumerate(group.docids):
+      doc = self.inputs.train_segments[docid]
+      tokens[g, :doc.count], mask[g, :doc.count] = doc.tokens_sl, doc.mask_sl
+      valid[g, :doc.count] = True
+    return dict(_pack(self.inputs, group.qid, tokens, mask),
+                labels=_labels(len(group.docids)), mask=valid)
+
+
+class GroupExamples:
+  """The flat schedule as a random-access source: example i is
+  `build(i, groups[i])`. Counts the examples this process built."""
+
+  def __init__(self, schedule: Sequence[Sequence[Group]],
+               build: Callable[[int, Group], Example]):
+    self._groups = [g for batch in schedule for g in batch]
+    self._build = build
+    self.built = 0
+
+  def __len__(self) -> int:
+    return len(self._groups)
+
+  def __getitem__(self, index: int) -> Example:
+    self.built += 1
+    return self._build(index, self._groups[index])

@@ -1,0 +1,89 @@
+"""What each regime trains: a `stages.Plan` (initial state, jitted step,
+training examples, dev evaluation), built without side effects.
+
+- `segment_plan`: one segment per document with the plain step — FirstP
+  (whose model MaxP also uses), MaxP-all, GoldP, BeST iterations ≥ 2 on the
+  segments a frozen model selected (`select_segments`).
+- `joint_plan`: BeST iteration 1, θ⁽⁰⁾ and θ⁽¹⁾ in one jitted step.
+- `qds_plan`: the QDS-Transformer on whole documents.
+
+Every model starts from the pretrained weights (BeST's later iterations too,
+never from θ⁽ⁿ⁾), with a seed derived from the stage's name.
+"""
+
+from __future__ import annotations
+
+import zlib
+from typing import Any
+
+import ml_collections
+
+from best_jax.experiment.examples import (AllSegmentExamples, GroupExamples,
+                                          SegmentExamples)
+from best_jax.experiment.inputs import Inputs, Pair
+from best_jax.experiment.models import Ranker
+from best_jax.experiment.qds import QdsRows
+from best_jax.experiment.regimes import pairs as schedule_pairs
+from best_jax.experiment.stages import Plan
+from best_jax.train import best as best_lib
+from best_jax.train.loop import Evaluate
+
+
+def stage_seed(config: ml_collections.ConfigDict, name: str) -> int:
+  return config.seed + zlib.crc32(name.encode()) % 100_000
+
+
+def segment_plan(name: str, regime: str, config: ml_collections.ConfigDict,
+                 inputs: Inputs, ranker: Ranker, evaluate: Evaluate, *,
+                 selected: dict[Pair, int] | None = None) -> Plan:
+  """A model trained on one segment per document (`regime`: firstp,
+  maxp_all, goldp or best with `selected`)."""
+  build = SegmentExamples(inputs, regime, seed=config.seed, selected=selected,
+                          negatives=config.goldp.negatives)
+  seed = stage_seed(config, name)
+  return Plan(
+      name=name, regime=regime, state=lambda: ranker.fresh_state(seed),
+      step_fn=ranker.trainer.train_step,
+      examples=GroupExamples(inputs.schedule, build),
+      features=build.features(config.train.group_size),
+      batch_sharding=ranker.trainer.batch_sharding, evaluate=evaluate,
+      positions=list(selected.values()) if selected else [])
+
+
+def joint_plan(config: ml_collections.ConfigDict, inputs: Inputs,
+               ranker: Ranker, evaluate: Evaluate) -> Plan:
+  """BeST iteration 1 (`best1`): θ⁽¹⁾ is evaluated and selected; θ⁽⁰⁾'s
+  final parameters are kept as `theta0`."""
+  t = config.train
+  step = best_lib.build_joint_step(
+      ranker.trainer, t.loss, config.best.pairing,
+      config.best.select_with_dropout, t.get("accumulation_steps", 1))
+  build = AllSegmentExamples(inputs)
+  seed = stage_seed(config, "best1")
+  return Plan(
+      name="best1", regime="best",
+      state=lambda: (ranker.fresh_state(seed), ranker.fresh_state(seed + 1)),
+      step_fn=step, examples=GroupExamples(inputs.schedule, build),
+      features=build.features(t.group_size),
+      batch_sharding=ranker.trainer.batch_sharding, evaluate=evaluate,
+      keep_final={"theta0": lambda state: state[0].params})
+
+
+def qds_plan(config: ml_collections.ConfigDict, inputs: Inputs,
+             ranker: Ranker, rows: QdsRows, evaluate: Evaluate) -> Plan:
+  seed = stage_seed(config, "qds")
+  return Plan(
+      name="qds", regime="qds", state=lambda: ranker.fresh_state(seed),
+      step_fn=ranker.trainer.train_step,
+      examples=GroupExamples(inputs.schedule, rows.example),
+      features=rows.example_features(config.train.group_size),
+      batch_sharding=ranker.trainer.batch_sharding, evaluate=evaluate)
+
+
+def select_segments(inputs: Inputs, ranker: Ranker, params: Any, name: str
+                    ) -> dict[Pair, int]:
+  """The frozen model's argmax over the training segments of every pair of
+  the schedule (scored on the devices; only the indices come back)."""
+  pairs = schedule_pairs(inputs.schedule)
+  return ranker.train_scorer.score(params, pairs,
+                                   desc=f"select ({name})").select()

@@ -1,0 +1,55 @@
+"""Scoring rows of the cross-encoder: `[CLS] query [SEP] title segment [SEP]`,
+one row per (query, document segment), for `select.selection.SegmentScorer`.
+
+Rows are packed tight (the segment right after the query), so a row's length
+is `3 + query tokens + title and segment tokens`, which the scorer uses to
+put it in a length bucket.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from best_jax.data.pipeline import Feature
+from best_jax.experiment.inputs import QueryStore, SegmentCache
+from best_jax.segments.packing import pack_inputs
+from best_jax.segments.segmenter import Segmenter
+
+
+class CrossRows:
+  """Rows of a `SegmentCache`'s segments with their queries."""
+
+  def __init__(self, segments: SegmentCache, queries: QueryStore,
+               segmenter: Segmenter):
+    self.segments = segments
+    self.queries = queries
+    self.segmenter = segmenter
+    self.width = segments.width
+
+  def prepare(self, docids: Sequence[str]) -> None:
+    self.segments.prepare(docids)
+
+  def num_segments(self, docid: str) -> int:
+    return self.segments[docid].count
+
+  def row_length(self, qid: str, docid: str, segment: int) -> int:
+    config = self.segmenter.config
+    query = min(self.queries.length(qid), config.max_query_len)
+    return 3 + query + int(self.segments[docid].lengths_s[segment])
+
+  def row(self, qid: str, docid: str, segment: int, length: int
+          ) -> dict[str, np.ndarray]:
+    doc = self.segments[docid]
+    ids_q, mask_q = self.queries.rows([qid])
+    packed = pack_inputs(ids_q, mask_q, doc.tokens_sl[segment][None],
+                         doc.mask_sl[segment][None],
+                         config=self.segmenter.config,
+                         special=self.segmenter.special)
+    return {name: value[0, :length] for name, value in packed.items()}
+
+  def features(self, length: int) -> dict[str, Feature]:
+    return {"input_ids": Feature((length,), np.int32),
+            "attention_mask": Feature((length,), bool),
+            "token_type_ids": Feature((length,), np.int32)}

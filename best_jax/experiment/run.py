@@ -1,0 +1,203 @@
+"""`train_and_evaluate(config, workdir)`: one experiment, end to end.
+
+Sections: data and models → training regimes (FirstP/MaxP, MaxP-all, GoldP,
+BeST iterations, QDS; each a stage trained once through `train.loop.fit`,
+early-stopped and model-selected on dev MRR@10) → test runs (model scores),
+Birch → metrics and report. In `workdir` (local or `gs://`):
+
+  runs/*.run            TREC runs of the test queries, with model scores
+  metrics.json          means, per-query values, paired tests, P@1
+  results.md            Table 1 and Table 2 (also printed)
+  plots/*.png           selected-segment positions, learning curves
+  segments/*.json       per (query, document) test segment scores and spans
+  negatives.jsonl       the seeded negative-sampling schedule
+  stages/, checkpoints/ finished models and resumable training runs
+  log.txt               the log
+
+Every process runs the same code and builds only its share of each batch;
+process 0 writes the files. Rerunning with the same workdir resumes: finished
+stages load, an interrupted one continues from its last checkpoint, and the
+run files come out byte-identical to an uninterrupted run's.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import ml_collections
+
+from best_jax.data import trec
+from best_jax.evaluate import report
+from best_jax.evaluate import trec_eval
+from best_jax.experiment import checks
+from best_jax.experiment import evaluation
+from best_jax.experiment import plans
+from best_jax.experiment import regimes
+from best_jax.experiment.birch import birch_run
+from best_jax.experiment.inputs import build_inputs
+from best_jax.experiment.models import cross_ranker
+from best_jax.experiment.qds import qds_ranker
+from best_jax.experiment.stages import Stage, Stages
+from best_jax.experiment.workdir import Workdir
+from best_jax.train import best as best_lib
+
+
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str
+                       ) -> dict[str, Any]:
+  """Runs every regime of `config.regimes`, evaluates, writes the report.
+
+  Returns the metrics also written to `workdir/metrics.json`.
+  """
+  started = time.time()
+  mesh = checks.check_config(config)
+  out = Workdir(workdir)
+  stages = Stages(config, out)
+  stages.check_stale()
+  out.log(f"workdir {out.root}")
+
+  # ------------------------------------------------------ data and models
+  inputs = build_inputs(config, out)
+  for split, part in inputs.data.splits.items():
+    out.log(f"{split}: {len(part.topics)} queries")
+  if out.writes:
+    regimes.write_schedule(inputs.schedule, out.path("negatives.jsonl"),
+                           config.seed)
+  cross = cross_ranker(config, inputs, mesh)
+  like = cross.trainer.abstract_params()
+  wanted = tuple(config.regimes)
+  agg = config.eval.aggregation
+  # name -> (params, aggregation, dev MRR@10, the ranker that scores it)
+  models: dict[str, tuple[Any, str, float, Any]] = {}
+  histories, positions = {}, {}
+
+  def evaluator(aggregations, ranker=cross):
+    return evaluation.dev_evaluator(inputs, ranker.scorer, aggregations)
+
+  def keep(label: str, stage: Stage, key: str, ranker=cross) -> None:
+    models[label] = (stage.params[key], key, stage.best_dev[key], ranker)
+
+  # ------------------------------------------------------ training regimes
+  if "firstp" in wanted or "maxp" in wanted:
+    stage = stages.train(plans.segment_plan(
+        "firstp", "firstp", config, inputs, cross,
+        evaluator(("first", agg))), like)
+    histories["FirstP"] = stage.history
+    if "firstp" in wanted:
+      keep("FirstP", stage, "first")
+    if "maxp" in wanted:
+      keep("MaxP", stage, agg)
+  if "maxp_all" in wanted:
+    stage = stages.train(plans.segment_plan(
+        "maxp_all", "maxp_all", config, inputs, cross, evaluator((agg,))),
+                         like)
+    histories["MaxP-all"] = stage.history
+    keep("MaxP-all", stage, agg)
+  if "goldp" in wanted:
+    if not inputs.data.splits["train"].gold:
+      out.log("goldp: skipped, the data has no gold passages")
+    else:
+      stage = stages.train(plans.segment_plan(
+          "goldp", "goldp", config, inputs, cross, evaluator((agg,))), like)
+      histories["GoldP"] = stage.history
+      keep("GoldP", stage, agg)
+  if "best" in wanted:
+    stage = stages.train(plans.joint_plan(config, inputs, cross,
+                                          evaluator((agg,))), like)
+    histories["BeST-1"] = stage.history
+    positions["BeST-1 (θ0 argmax)"] = stage.positions
+    if config.best.get("evaluate_theta0", True):
+      models["BeST-0"] = (stage.params["theta0"], agg, float("nan"), cross)
+    keep("BeST-1", stage, agg)
+    devs = [stage.best_dev[agg]]
+    for n in range(2, config.best.max_iterations + 1):
+      name = f"best{n}"
+      stage = stages.load(name, like)
+      if stage is None:  # θ⁽ⁿ⁻¹⁾ selects, a fresh θ⁽ⁿ⁾ trains on its picks.
+        chosen = plans.select_segments(inputs, cross,
+                                       models[f"BeST-{n - 1}"][0], name)
+        stage = stages.train(plans.segment_plan(
+            name, "best", config, inputs, cross, evaluator((agg,)),
+            selected=chosen), like)
+      histories[f"BeST-{n}"] = stage.history
+      positions[f"BeST-{n} (θ{n - 1} argmax)"] = stage.positions
+      keep(f"BeST-{n}", stage, agg)
+      devs.append(stage.best_dev[agg])
+      if not best_lib.should_continue(devs):
+        out.log(f"BeST: dev MRR stopped improving at iteration {n}; stop")
+        break
+  if "qds" in wanted:
+    qds, rows, description = qds_ranker(config, inputs, mesh)
+    out.log(f"QDS: {description}")
+    stage = stages.train(plans.qds_plan(
+        config, inputs, qds, rows, evaluator(("first",), qds)),
+                         qds.trainer.abstract_params())
+    histories["QDS"] = stage.history
+    keep("QDS", stage, "first", qds)
+
+  # ------------------------------------------------------ test runs
+  test = inputs.data.splits["test"]
+  runs = {"BM25": {q: test.run.get(q, {}) for q in test.topics}}
+  segment_scores = {}
+  for name, (params, key, _, ranker) in models.items():
+    whole = ranker is not cross
+    scores = evaluation.test_scores(
+        out, inputs, ranker.scorer, params, name, whole_documents=whole,
+        max_segments=1 if key == "first" else None)
+    if not whole and name != "FirstP":
+      segment_scores[name] = scores
+    runs[name] = evaluation.full_run(
+        evaluation.reranked(scores, inputs.candidates["test"], key),
+        runs["BM25"])
+  birch = config.get("birch")
+  if birch is not None and birch.enabled and models:
+    source = birch.model if birch.model in models else next(iter(models))
+    runs["Birch"] = birch_run(config, out, inputs, cross,
+                              models[source][0], source, runs["BM25"])
+  if not out.writes:
+    return {}
+  for name, run in runs.items():
+    trec.write_run(run, out.path("runs", f"{trec.run_file_name(name)}.run"),
+                   tag=trec.run_file_name(name))
+  _write_explain_inputs(out, inputs)
+
+  # ------------------------------------------------------ metrics and report
+  out.log("evaluating the test runs")
+  means, per_query = {}, {}
+  for name, run in runs.items():
+    means[name], per_query[name] = trec_eval.evaluate(
+        run, test.qrels, evaluation.TEST_METRICS)
+  # The BeST model a user would deploy: the iteration with the best dev MRR.
+  iterations = [n for n in models if n.startswith("BeST-") and n != "BeST-0"]
+  selected = max(iterations, key=lambda n: models[n][2], default=None)
+  metrics = {
+      "config": config.to_dict(),
+      "test_queries": len(test.topics),
+      "rerank_depth": config.eval.depth,
+      "means": means,
+      "per_query": per_query,
+      "significance": report.significance(
+          per_query, ("FirstP", "BM25") + ((selected,) if selected else ())),
+      "selected_best": selected,
+      "dev_mrr": {name: dev for name, (_, _, dev, _) in models.items()},
+      "segment_p_at_1": evaluation.selection_p_at_1(inputs, segment_scores),
+      "histories": histories,
+      "selected_positions": positions,
+      "seconds": time.time() - started,
+      "stage_seconds": stages.timings,
+  }
+  out.write_json(metrics, "metrics.json", indent=1)
+  print(report.write_report(metrics, out.root), flush=True)
+  out.log(f"done in {time.time() - started:.0f}s")
+  return metrics
+
+
+def _write_explain_inputs(out: Workdir, inputs) -> None:
+  """The texts, topics, qrels and gold spans `best_jax explain` shows."""
+  test = inputs.data.splits["test"]
+  docids = sorted({d for _, d in inputs.pairs["test"]})
+  out.write_json({"documents": {d: inputs.documents[d] for d in docids},
+                  "topics": test.topics, "qrels": test.qrels,
+                  "gold": {f"{q}\t{d}": list(span)
+                           for (q, d), span in test.gold.items()}},
+                 "explain", "documents.json")
