@@ -8,9 +8,10 @@ from flax import nnx
 
 from best_jax.models import BertConfig, CrossEncoderRanker
 from best_jax.train import best as best_lib
-from best_jax.train.command import load_config
+from best_jax.config import load_config
 from best_jax.train.sharding import make_mesh
 from best_jax.train.trainer import build_trainer
+from fakes import tiny_config
 
 
 @pytest.fixture(scope="module")
@@ -50,13 +51,13 @@ def _batch(num_b=8, num_g=2, num_s=3, length=12, seed=0):
 def test_joint_step_updates_both_parameter_sets(trainer, joint_step):
   step = joint_step
   state0, state1 = trainer.init(0), trainer.init(1)
-  before0 = best_lib.to_host(state0.params)
-  before1 = best_lib.to_host(state1.params)
+  before0 = jax.device_get(state0.params)
+  before1 = jax.device_get(state1.params)
   host = _batch()
   # The first update has learning rate 0 (warmup); the second moves.
   for _ in range(2):
-    state0, state1, metrics = step(state0, state1, trainer.put(host))
-  after0, after1 = (best_lib.to_host(s.params) for s in (state0, state1))
+    (state0, state1), metrics = step((state0, state1), trainer.put(host))
+  after0, after1 = (jax.device_get(s.params) for s in (state0, state1))
   moved = lambda a, b: max(float(np.abs(x - y).max()) for x, y in
                            zip(jax.tree.leaves(a), jax.tree.leaves(b)))
   assert moved(before0, after0) > 0 and moved(before1, after1) > 0
@@ -78,12 +79,12 @@ def test_selection_is_theta0_argmax_without_dropout(trainer, joint_step):
   step = joint_step
   state0, state1 = trainer.init(3), trainer.init(4)
   host = _batch(seed=1)
-  model = nnx.merge(trainer.graphdef, best_lib.to_host(state0.params))
+  model = nnx.merge(trainer.graphdef, jax.device_get(state0.params))
   scores = np.asarray(model(host["input_ids"], host["attention_mask"],
                             host["token_type_ids"]))
   expected = np.where(host["mask"], scores, -np.inf).argmax(-1)
   expected = np.where(host["mask"].any(-1), expected, -1)
-  _, _, metrics = step(state0, state1, trainer.put(host))
+  _, metrics = step((state0, state1), trainer.put(host))
   np.testing.assert_array_equal(np.asarray(metrics["selected"]), expected)
 
 
@@ -104,3 +105,32 @@ def test_should_continue():
   assert best_lib.should_continue([0.3, 0.35])
   assert not best_lib.should_continue([0.3, 0.35, 0.34])
   assert not best_lib.should_continue([0.3, 0.3])
+
+
+def test_joint_step_accumulates_micro_batches_like_one_batch():
+  """`train.accumulation_steps` splits the joint step's batch into
+  micro-batches whose sums equal one pass (dropout off: same numbers)."""
+  config = tiny_config()
+  config.optimizer.warmup_steps = 0
+  # eps = 1 makes AdamW's first update ~ -lr * gradient (not ~ -lr * sign),
+  # so parameters after one step compare the gradients' values.
+  config.optimizer.eps = 1.0
+  model_config = BertConfig.tiny(hidden_dropout=0.0, attention_dropout=0.0)
+  mesh = make_mesh((1, 1), ("data", "model"), jax.devices()[:1])
+  trainer = build_trainer(lambda rngs: CrossEncoderRanker(model_config,
+                                                          rngs=rngs), config,
+                          mesh=mesh)
+  host = _batch(seed=2)
+  out = {}
+  for k in (1, 4):
+    step = best_lib.build_joint_step(trainer, "pairwise_hinge",
+                                     accumulation_steps=k)
+    states = (trainer.init(5), trainer.init(6))
+    states, metrics = step(states, trainer.put(host))
+    out[k] = jax.device_get((states[0].params, states[1].params, metrics))
+  (p0, p1, m1), (q0, q1, m4) = out[1], out[4]
+  for name in ("loss0", "loss1", "grad_norm0", "grad_norm1"):
+    np.testing.assert_allclose(m4[name], m1[name], rtol=1e-5)
+  np.testing.assert_array_equal(m4["selected"], m1["selected"])
+  for a, b in zip(jax.tree.leaves((p0, p1)), jax.tree.leaves((q0, q1))):
+    np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)

@@ -7,15 +7,18 @@ from scipy import stats
 
 from best_jax.evaluate import report
 from best_jax.evaluate import trec_eval
-from best_jax.train import experiment
+from best_jax.experiment import evaluation
 
 
 def test_full_run_puts_reranked_documents_above_the_rest():
   first_stage = {"q": {"a": 9.0, "b": 8.0, "c": 7.0, "d": 6.0}}
   reranked = {"q": {"b": -1.0, "a": -2.0}}   # the top 2, reordered
-  run = experiment._full_run(reranked, first_stage)
+  run = evaluation.full_run(reranked, first_stage)
   order = [d for d, _ in sorted(run["q"].items(), key=lambda x: -x[1])]
   assert order == ["b", "a", "c", "d"]
+  # The reranked documents keep the model's scores; the rest sit below.
+  assert run["q"]["b"] == -1.0 and run["q"]["a"] == -2.0
+  assert run["q"]["c"] < -2.0 and run["q"]["d"] < run["q"]["c"]
   means, _ = trec_eval.evaluate(run, {"q": {"a": 1}}, ["recip_rank"])
   assert means["recip_rank"] == 0.5
 
@@ -23,11 +26,11 @@ def test_full_run_puts_reranked_documents_above_the_rest():
 def test_segment_p_at_1_counts_overlap_with_gold():
   spans = {("q1", "d"): [[0, 10], [10, 20]], ("q2", "e"): [[0, 5], [6, 9]]}
   gold = {("q1", "d"): (12, 15), ("q2", "e"): (0, 3)}
-  assert experiment.segment_p_at_1({("q1", "d"): 1, ("q2", "e"): 1}, spans,
+  assert evaluation.segment_p_at_1({("q1", "d"): 1, ("q2", "e"): 1}, spans,
                                    gold) == 0.5
-  assert experiment.segment_p_at_1({("q1", "d"): 1, ("q2", "e"): 0}, spans,
+  assert evaluation.segment_p_at_1({("q1", "d"): 1, ("q2", "e"): 0}, spans,
                                    gold) == 1.0
-  assert not experiment.overlaps([0, 10], (10, 12))  # touching is not sharing
+  assert not evaluation.overlaps([0, 10], (10, 12))  # touching is not sharing
 
 
 def test_paired_t_test_matches_scipy_and_conventions():

@@ -1,12 +1,13 @@
-"""Segment selection: masked argmax, chunked scoring, negative sampling."""
+"""Segment selection: masked argmax, segment choice per regime, negative
+sampling, gold and BM25-best segments (device scoring: test_scoring.py)."""
 
 import jax.numpy as jnp
 import numpy as np
 
-from best_jax.select import selection
 from best_jax.select.bm25_segments import bm25_best_segments
-from best_jax.train import regimes
-from best_jax.train.batches import gold_segment
+from best_jax.experiment import regimes
+from best_jax.experiment.examples import gold_segment
+from best_jax.train.best import masked_argmax
 
 
 def test_masked_argmax_ignores_padding_and_all_padded_rows():
@@ -18,36 +19,10 @@ def test_masked_argmax_ignores_padding_and_all_padded_rows():
                     [False, True, True],
                     [False, False, False],
                     [True, True, True]])
-  index, valid = selection.masked_argmax(scores, mask)
+  index, valid = masked_argmax(scores, mask)
   assert index.tolist() == [1, 1, 0, 0]
   assert valid.tolist() == [True, True, False, True]
   assert not jnp.any(jnp.isnan(index.astype(jnp.float32)))
-
-
-class _Source:
-  """A fake row source: doc 'a' has 3 segments, 'b' 1."""
-  counts = {"a": 3, "b": 1}
-
-  def num_segments(self, docid):
-    return self.counts[docid]
-
-  def inputs(self, rows):
-    for (_, docid), index in rows:
-      assert index < self.counts[docid], "a padded segment was scored"
-    return {"tokens": np.array([10 * (d == "a") + s for (_, d), s in rows])}
-
-
-def test_scorer_scores_only_valid_segments_in_fixed_chunks():
-  def score_rows(params, inputs):
-    return inputs["tokens"].astype(float) * params
-
-  scorer = selection.SegmentScorer(score_rows, _Source(), rows_per_call=2)
-  scores = scorer.score(2.0, [("q", "a"), ("q", "b")])
-  np.testing.assert_allclose(scores[("q", "a")], [20.0, 22.0, 24.0])
-  np.testing.assert_allclose(scores[("q", "b")], [0.0])
-  assert selection.select(scores) == {("q", "a"): 2, ("q", "b"): 0}
-  first = scorer.score(1.0, [("q", "a")], max_segments=1)
-  np.testing.assert_allclose(first[("q", "a")], [10.0])
 
 
 def test_schedule_is_seeded_and_samples_only_negatives():
@@ -72,18 +47,16 @@ def test_schedule_is_seeded_and_samples_only_negatives():
 
 
 def test_choose_segments_per_regime():
-  batch = [regimes.Group("q", ("p", "n"))]
-  counts = {"p": 3, "n": 2}
+  group = regimes.Group("q", ("p", "n"))
+  counts = [3, 2]
   rng = np.random.default_rng(0)
-  first = regimes.choose_segments("firstp", batch, num_segments=counts, rng=rng)
-  assert first.tolist() == [[0, 0]]
-  gold = regimes.choose_segments("goldp", batch, num_segments=counts, rng=rng)
-  assert gold.tolist() == [[-1, 0]]
-  chosen = regimes.choose_segments("best", batch, num_segments=counts, rng=rng,
-                                   selected={("q", "p"): 2, ("q", "n"): 1})
-  assert chosen.tolist() == [[2, 1]]
-  draws = {tuple(regimes.choose_segments("maxp_all", batch,
-                                         num_segments=counts, rng=rng)[0])
+  assert regimes.choose_segments("firstp", group, counts, rng=rng) == [0, 0]
+  assert regimes.choose_segments("goldp", group, counts, rng=rng) == [
+      regimes.GOLD, 0]
+  assert regimes.choose_segments(
+      "best", group, counts, rng=rng,
+      selected={("q", "p"): 2, ("q", "n"): 1}) == [2, 1]
+  draws = {tuple(regimes.choose_segments("maxp_all", group, counts, rng=rng))
            for _ in range(60)}
   assert {d[0] for d in draws} == {0, 1, 2} and {d[1] for d in draws} == {0, 1}
 

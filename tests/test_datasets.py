@@ -4,7 +4,7 @@ import json
 
 import ml_collections
 
-from best_jax.train import datasets
+from best_jax.experiment import datasets
 
 
 def _prepared_dir(tmp_path):

@@ -149,29 +149,3 @@ def test_atomic_write_leaves_nothing_on_failure(tmp_path):
   with files.atomic_write(str(target)) as f:
     f.write("new\n")
   assert target.read_text() == "new\n" and os.stat(target).st_mode & 0o044
-
-
-def test_cli_reports_stopped_training_in_one_line(capsys, monkeypatch):
-  from best_jax import cli
-  from best_jax.errors import TrainingStopped
-
-  class Stops:
-    @staticmethod
-    def main(args):
-      raise TrainingStopped("step 7 produced a non-finite loss")
-
-  monkeypatch.setattr(cli.importlib, "import_module",
-                      lambda name: Stops if name == "best_jax.train.command"
-                      else __import__("importlib").import_module(name))
-  monkeypatch.setitem(cli.COMMANDS, "train", ("best_jax.train.command", "t"))
-  # Parse with a command whose arguments need no module: call main directly.
-  monkeypatch.setattr(cli, "_parser", lambda command: _FakeParser())
-  assert cli.main(["train"]) == 1
-  assert capsys.readouterr().err.strip() == (
-      "best_jax train: stopped: step 7 produced a non-finite loss")
-
-
-class _FakeParser:
-  def parse_args(self, argv):
-    import argparse
-    return argparse.Namespace(command=argv[0])

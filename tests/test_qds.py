@@ -106,12 +106,12 @@ def test_inputs_from_the_segmenter():
 
 
 def test_rows_for_training_and_scoring():
-  """`QdsRows`: a train batch [B, G, L] (positive first) and scorer rows
+  """`QdsRows`: a training example [G, L] (positive first) and scorer rows
   are `build_qds_inputs` of each (query, document), one row per document."""
+  from best_jax.experiment.inputs import QueryStore
+  from best_jax.experiment.qds import QdsRows
+  from best_jax.experiment.regimes import Group
   from best_jax.segments import Segmenter, SegmenterConfig
-  from best_jax.train.batches import QueryStore
-  from best_jax.train.qds_regime import QdsRows
-  from best_jax.train.regimes import Group
   segmenter = Segmenter(SegmenterConfig(max_query_len=8))
   documents = {"p": ("Paris", "Paris is in France. It has museums."),
                "r": ("Rome", "Rome is in Italy. It has ruins. And pasta."),
@@ -119,22 +119,20 @@ def test_rows_for_training_and_scoring():
   topics = {"q1": "museums in paris", "q2": "italian ruins"}
   queries = QueryStore.build(segmenter, topics)
   config = QdsInputConfig(max_len=32, max_query_len=8)
-  rows = QdsRows.build(segmenter, documents, ["p", "r", "b"], queries, config)
-  groups = [Group("q1", ("p", "b")), Group("q2", ("r", "p"))]
-  batch = rows.batch(groups)
-  assert batch["input_ids"].shape == (2, 2, 32)
-  assert batch["labels"].tolist() == [[1, 0], [1, 0]]
-  assert rows.num_segments("r") == 1
-  scored = rows.inputs([(("q2", "r"), 0), (("q1", "b"), 0)])
-  for (qid, docid), row in (((("q2", "r")), scored["input_ids"][0]),
-                            ((("q1", "b")), scored["input_ids"][1])):
+  rows = QdsRows(segmenter, documents, queries, config)
+  example = rows.example(0, Group("q2", ("r", "p")))
+  assert example["input_ids"].shape == (2, 32)
+  assert example["labels"].tolist() == [1, 0]
+  assert rows.num_segments("r") == 1 and rows.row_length("q2", "r", 0) == 32
+  for qid, docid in (("q2", "r"), ("q1", "b")):
+    row = rows.row(qid, docid, 0, 32)["input_ids"]
     ids, mask = queries.rows([qid])
     [document] = segmenter.tokenize([documents[docid]])
     want = build_qds_inputs(ids, mask, [document], config=config,
                             special=segmenter.special)
     np.testing.assert_array_equal(row, want["input_ids"][0])
-  np.testing.assert_array_equal(batch["input_ids"][1, 0],
-                                scored["input_ids"][0])
+  np.testing.assert_array_equal(example["input_ids"][0],
+                                rows.row("q2", "r", 0, 32)["input_ids"])
 
 
 def _tokenizer():

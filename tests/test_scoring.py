@@ -1,28 +1,26 @@
-"""Chunked segment scoring (`select.selection.SegmentScorer`) with a real
-tiny ranker and trainer: only valid segments are scored, in fixed-shape
-chunks sharded over the mesh (nothing recompiles, the last chunk is padded,
-never dropped), and the scores equal direct model calls."""
-
-import functools
+"""Device-resident segment scoring (`select.selection.SegmentScorer`) with a
+real tiny ranker on 8 devices: only valid segments are scored, in
+length-bucketed fixed-shape chunks (one compiled shape per bucket, the last
+chunk padded, never dropped), the scores equal direct model calls, selection
+is the masked argmax, and no parameter crosses from host to device."""
 
 import jax
-import jax.numpy as jnp
-import ml_collections
 import numpy as np
 import pytest
-from flax import nnx
 
+from best_jax.data.pipeline import Feature
 from best_jax.models import BertConfig, CrossEncoderRanker
-from best_jax.select.selection import SegmentScorer
-from best_jax.train.sharding import STANDARD_LOGICAL_AXIS_RULES
-from best_jax.train.state import split_params
+from best_jax.select.selection import SegmentScorer, default_buckets
+from best_jax.train.sharding import make_mesh
 from best_jax.train.trainer import build_trainer
+from fakes import direct_scores, tiny_config
 
-LENGTH = 16
+LENGTH = 32
 
 
-class _RandomSegments:
-  """A scorer source: doc `d{i}` has `counts[i]` segments of random rows."""
+class RandomSegments:
+  """A row source: doc `d{i}` has `counts[i]` segments of random lengths."""
+  width = None
 
   def __init__(self, counts, seed=0):
     rng = np.random.default_rng(seed)
@@ -37,66 +35,81 @@ class _RandomSegments:
             attention_mask=mask,
             token_type_ids=((np.arange(LENGTH) >= 4) & mask).astype(np.int32))
     self.asked = []
+    self.prepared = []
+
+  def prepare(self, docids):
+    self.prepared.extend(docids)
 
   def num_segments(self, docid):
     return self.counts[docid]
 
-  def inputs(self, rows):
-    for (_, docid), s in rows:
-      assert s < self.counts[docid], "a padded segment was scored"
-      self.asked.append((docid, s))
-    return {k: np.stack([self.rows[(d, s)][k] for (_, d), s in rows])
-            for k in ("input_ids", "attention_mask", "token_type_ids")}
+  def row_length(self, qid, docid, segment):
+    return int(self.rows[(docid, segment)]["attention_mask"].sum())
+
+  def row(self, qid, docid, segment, length):
+    assert segment < self.counts[docid], "a padded segment was scored"
+    assert self.row_length(qid, docid, segment) <= length
+    self.asked.append((docid, segment))
+    return {k: v[:length] for k, v in self.rows[(docid, segment)].items()}
+
+  def features(self, length):
+    return {"input_ids": Feature((length,), np.int32),
+            "attention_mask": Feature((length,), bool),
+            "token_type_ids": Feature((length,), np.int32)}
 
 
 @pytest.fixture(scope="module")
-def setup():
-  """(trainer on all 8 devices, params, the ranker for direct calls)."""
-  config = ml_collections.ConfigDict(dict(
-      mesh=dict(shape=(-1, 1), axis_names=("data", "model")),
-      logical_axis_rules=STANDARD_LOGICAL_AXIS_RULES,
-      optimizer=dict(learning_rate=1e-3, warmup_steps=1, total_steps=10,
-                     b1=0.9, b2=0.999, eps=1e-8, weight_decay=0.0,
-                     max_grad_norm=1.0),
-      train=dict(loss="pairwise_hinge")))
-  ranker = CrossEncoderRanker(BertConfig.tiny(), rngs=nnx.Rngs(0))
-  trainer = build_trainer(
-      lambda rngs: CrossEncoderRanker(BertConfig.tiny(), rngs=rngs), config)
-  _, params = split_params(ranker)
-  state = trainer.init_from_params(jax.tree.map(np.array, params), 0)
-  return trainer, state.params, ranker
+def trainer():
+  config = tiny_config()
+  model_config = BertConfig.tiny(max_position_embeddings=LENGTH)
+  return build_trainer(lambda rngs: CrossEncoderRanker(model_config,
+                                                       rngs=rngs), config,
+                       mesh=make_mesh((8, 1), ("data", "model")))
 
 
-def _direct(ranker, source, docid, s):
-  row = source.rows[(docid, s)]
-  return float(ranker(*(jnp.asarray(row[k])[None] for k in (
-      "input_ids", "attention_mask", "token_type_ids")))[0])
+def test_scores_equal_direct_calls_in_buckets(trainer):
+  source = RandomSegments([3, 1, 5, 2, 4, 1, 2])
+  buckets = default_buckets(LENGTH, count=2)
+  assert buckets == (16, 32)
+  scorer = SegmentScorer(trainer, source, rows_per_call=8, buckets=buckets)
+  params = trainer.init(0).params
+  pairs = [(f"q{i % 2}", f"d{i}") for i in range(7)]
+  with jax.transfer_guard_host_to_device("disallow"):
+    scored = scorer.score(params, pairs)
+  # Every valid segment once, no padded one (the source asserts).
+  assert sorted(source.asked) == sorted(source.rows)
+  scores = scored.host()
+  for (qid, docid) in pairs:
+    count = source.counts[docid]
+    rows = [source.rows[(docid, s)] for s in range(count)]
+    want = direct_scores(trainer.graphdef, params,
+                         {k: np.stack([r[k] for r in rows]) for k in rows[0]})
+    assert scores[(qid, docid)].shape == (count,)
+    np.testing.assert_allclose(scores[(qid, docid)], want, rtol=1e-5,
+                               atol=1e-5)
+  selected = scored.select()
+  assert selected == {p: int(np.argmax(s)) for p, s in scores.items()}
+  # One compiled shape per bucket; another call with other pairs reuses them
+  # (the pair axis is padded to 64; the segment axis is the widest pair's).
+  assert scorer._score_into._cache_size() == 2  # pylint: disable=protected-access
+  again = scorer.score(params, pairs[2:]).host()
+  assert scorer._score_into._cache_size() == 2  # pylint: disable=protected-access
+  for pair in pairs[2:]:
+    np.testing.assert_array_equal(again[pair], scores[pair])
+  first = scorer.score(params, pairs[:3], max_segments=1).host()
+  for pair in pairs[:3]:
+    np.testing.assert_allclose(first[pair], scores[pair][:1], rtol=1e-6)
+  assert scorer.built == (3, 3)  # rows this process built, of all rows
 
 
-def test_scores_equal_direct_calls_in_one_compiled_shape(setup):
-  trainer, params, ranker = setup
-  source = _RandomSegments([2, 0, 5, 1, 3])  # 11 rows: 2 chunks of 8.
-  scorer = SegmentScorer(functools.partial(trainer.score, size=8), source, 8)
-  pairs = [("q", f"d{i}") for i in range(5)]
-  scores = scorer.score(params, pairs)
-  assert [len(scores[p]) for p in pairs] == [2, 0, 5, 1, 3]
-  assert sorted(source.asked) == sorted(source.rows)  # each once, no padding
-  for (_, docid), values in scores.items():
-    for s, value in enumerate(values):
-      np.testing.assert_allclose(value, _direct(ranker, source, docid, s),
-                                 rtol=1e-5, atol=1e-6)
-  # Other pair sets and a FirstP pass reuse the one compiled shape.
-  scorer.score(params, pairs[2:3])
-  first = scorer.score(params, pairs, max_segments=1)
-  assert [len(first[p]) for p in pairs] == [1, 0, 1, 1, 1]
-  np.testing.assert_allclose(first[("q", "d2")], scores[("q", "d2")][:1],
-                             rtol=1e-6)
-  assert trainer.score_step.__wrapped__._cache_size() == 1  # pylint: disable=protected-access
-
-
-def test_no_valid_segment_at_all(setup):
-  trainer, params, _ = setup
-  scorer = SegmentScorer(functools.partial(trainer.score, size=8),
-                         _RandomSegments([0, 0]), 8)
-  scores = scorer.score(params, [("q", "d0"), ("q", "d1")])
-  assert all(len(v) == 0 for v in scores.values())
+def test_padding_fraction_counts_the_bucketed_layout(trainer):
+  source = RandomSegments([4] * 40, seed=3)
+  pairs = [("q", f"d{i}") for i in range(40)]
+  one_bucket = SegmentScorer(trainer, source, rows_per_call=8,
+                             buckets=(LENGTH,))
+  bucketed = SegmentScorer(trainer, source, rows_per_call=8,
+                           buckets=default_buckets(LENGTH, count=4))
+  tokens = sum(source.row_length("q", d, s) for (d, s) in source.rows)
+  assert one_bucket.padding(pairs) == pytest.approx(
+      1 - tokens / (160 * LENGTH))
+  assert bucketed.padding(pairs) < one_bucket.padding(pairs)

@@ -17,12 +17,9 @@ from best_jax.train import optimizer as optimizer_lib
 from best_jax.train import sharding
 from best_jax.train import state as state_lib
 from best_jax.train import steps
-from best_jax.train import synthetic
 from best_jax.train import trainer as trainer_lib
-
-
-def tiny_config():
-  return synthetic.load_config(synthetic.default_config_path())
+from fakes import direct_scores, synthetic_batch
+from fakes import tiny_config
 
 
 # --- Losses -----------------------------------------------------------------
@@ -157,8 +154,8 @@ def test_learning_rate_schedule_values():
 
 def _masked_batch():
   """8 examples of groups of 3; example 5 is padding, some items masked."""
-  batch = synthetic.synthetic_batch(3, batch_size=8, group_size=3, length=12,
-                                    vocab_size=128)
+  batch = synthetic_batch(3, batch_size=8, group_size=3, length=12,
+                          vocab_size=128)
   batch["example_mask"][5] = False
   batch["mask"][1, 2] = False
   batch["mask"][6, 1:] = False  # Group with no negative: no pairs.
@@ -206,12 +203,18 @@ def test_gradient_accumulation_sums_exactly_in_float64(loss_name):
     graphdef, params = state_lib.split_params(BagOfWordsScorer(
         rngs=nnx.Rngs(0)))
     loss_fn = losses.get_loss(loss_name)
+
+    def sums_fn(params, micro, key):
+      del key
+      model = nnx.merge(graphdef, params)
+      return (steps.group_loss_sum(model, micro, loss_fn, None),), None
+
+    key = jax.random.key(0)
     results = [jax.jit(lambda params, batch, k=k: steps.loss_and_gradients(
-        graphdef, params, batch, loss_fn, None, k))(params, batch)
-               for k in (1, 4, 8)]
-    (total_1, count_1, grads_1) = results[0]
+        sums_fn, params, batch, key, k))(params, batch) for k in (1, 4, 8)]
+    ((total_1, count_1),), grads_1, _ = results[0]
     assert grads_1["out"]["kernel"].dtype == jnp.float64
-    for total, count, grads in results[1:]:
+    for ((total, count),), grads, _ in results[1:]:
       assert count == count_1
       np.testing.assert_allclose(total, total_1, rtol=1e-12)
       for a, b in zip(jax.tree.leaves(grads_1), jax.tree.leaves(grads)):
@@ -226,7 +229,7 @@ def test_gradient_accumulation_equals_one_large_batch():
     trainer = _trainer(k)
     state = trainer.init(0)
     if k == 1:
-      scores = trainer.score(state.params, batch)
+      scores = direct_scores(trainer.graphdef, state.params, batch)
     state, metrics = trainer.train_step(state, trainer.put(batch))
     results[k] = jax.device_get((state.params, metrics))
   (params_1, metrics_1), (params_4, metrics_4) = results[1], results[4]
@@ -244,5 +247,5 @@ def test_gradient_accumulation_equals_one_large_batch():
 
 def test_train_step_rejects_indivisible_accumulation():
   with pytest.raises(ValueError, match="accumulation_steps"):
-    steps._micro_batches({k: jnp.zeros((6, 2)) for k in steps.TRAIN_KEYS},
-                         4, None)
+    steps.micro_batches({k: jnp.zeros((6, 2)) for k in steps.TRAIN_KEYS},
+                        4, None)

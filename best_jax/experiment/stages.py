@@ -122,8 +122,8 @@ class Stages:
                 "settings": checks.fingerprint(self.config, plan.regime)}
     self.workdir.write_json(settings, CHECKPOINTS, f"{plan.name}.json")
     batches = InputPipeline(plan.examples, plan.features,
-                            global_batch_size=t.batch_size, shuffle=False,
-                            repeat=False, sharding=plan.batch_sharding)
+                            global_batch_size=t.batch_size,
+                            sharding=plan.batch_sharding)
     started = time.time()
     with Checkpointer(self.workdir.path(CHECKPOINTS, plan.name),
                       max_to_keep=t.get("max_to_keep", 1)) as checkpointer:

@@ -55,7 +55,8 @@ def _select_p(scores_ps: jax.Array) -> jax.Array:
 @dataclasses.dataclass(frozen=True)
 class PairScores:
   """Segment scores of `pairs`: `scores_ps[i, j]` is segment j of pair i,
-  −inf past the pair's last scored segment (device array, replicated)."""
+  −inf past the pair's last scored segment (device array, replicated; rows
+  past the last pair are padding)."""
   pairs: list[Pair]
   scores_ps: jax.Array
 
@@ -221,13 +222,12 @@ class SegmentScorer:
                         np.int32), segment=Feature((), np.int32))
         pipeline = InputPipeline(rows, features,
                                  global_batch_size=self.rows_per_call,
-                                 shuffle=False, repeat=False,
                                  sharding=self._batch_sharding)
         for batch in pipeline:
           buffer = self._score_into(params, buffer, batch)
           bar.update(1)
     self.built = (int(local_counts[:-1].sum()), int(counts[:, :-1].sum()))
-    return PairScores(pairs, buffer[:len(pairs)])
+    return PairScores(pairs, buffer)
 
   def padding(self, pairs: Sequence[Pair], max_segments: int | None = None
               ) -> float:

@@ -1,0 +1,56 @@
+"""Fakes for tests (T5X's test_utils style): the tiny config, generated
+batches with a learnable signal, and a direct (unchunked) scoring call."""
+
+import os
+
+import jax
+import numpy as np
+from flax import nnx
+
+from best_jax.config import load_config
+from best_jax.train.steps import MODEL_INPUTS
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TINY = os.path.join(ROOT, "configs", "tiny_cpu.py")
+MARKER_TOKEN = 7
+
+
+def tiny_config():
+  """configs/tiny_cpu.py, unlocked for tests to adjust."""
+  config = load_config(TINY)
+  config.unlock()
+  return config
+
+
+def synthetic_batch(index: int, *, batch_size: int, group_size: int,
+                    length: int, vocab_size: int, seed: int = 0
+                    ) -> dict[str, np.ndarray]:
+  """A deterministic batch of `group_size` items per example; item 0 is the
+  positive (label 1, contains MARKER_TOKEN), the rest negatives."""
+  rng = np.random.default_rng([seed, index])
+  shape = (batch_size, group_size, length)
+  input_ids = rng.integers(10, vocab_size, shape).astype(np.int32)
+  input_ids[..., 0] = 2  # A [CLS]-like first token.
+  input_ids[:, 0, 1 + rng.integers(0, length - 1)] = MARKER_TOKEN
+  lengths = rng.integers(length // 2, length + 1, (batch_size, group_size))
+  attention_mask = np.arange(length) < lengths[..., None]
+  token_type_ids = (np.arange(length) >= length // 4).astype(np.int32)
+  labels = np.zeros((batch_size, group_size), np.float32)
+  labels[:, 0] = 1.0
+  return dict(
+      input_ids=input_ids, attention_mask=attention_mask,
+      token_type_ids=np.broadcast_to(token_type_ids, shape).copy(),
+      labels=labels, mask=np.ones((batch_size, group_size), bool),
+      example_mask=np.ones(batch_size, bool))
+
+
+def direct_scores(graphdef: nnx.GraphDef, params, batch) -> np.ndarray:
+  """The model's scores of a host batch `[..., L]`, one jitted call on the
+  default device, without dropout: the reference for chunked scorers."""
+  inputs = [np.asarray(batch[name]) for name in MODEL_INPUTS]
+  params = jax.device_get(params)
+
+  @jax.jit
+  def score(params, *inputs):
+    return nnx.merge(graphdef, params)(*inputs)
+  return np.asarray(score(params, *inputs))
