@@ -38,8 +38,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       depth=100,
       max_queries=dict(train=64, dev=16, test=32) if runlocal else None))
   config.ranker = ml_collections.ConfigDict(dict(
-      tiny=False, checkpoint="minilm-l6", overrides=dict()))
-  config.model = ml_collections.ConfigDict()
+      kind="cross", tiny=False, checkpoint="minilm-l6", overrides=dict()))
   config.segments = ml_collections.ConfigDict(dict(
       max_len=128 if runlocal else 256, max_query_len=32, max_title_len=16,
       min_len=32, k_train=4, max_segments=None, train_lengths="uniform"))

@@ -49,8 +49,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       ir_datasets="disks45/nocr/trec-robust-2004",
       max_queries=None))
   config.ranker = ml_collections.ConfigDict(dict(
-      tiny=False, checkpoint="minilm-l6", overrides=dict()))
-  config.model = ml_collections.ConfigDict()
+      kind="cross", tiny=False, checkpoint="minilm-l6", overrides=dict()))
   config.segments = ml_collections.ConfigDict(dict(
       max_len=512, max_query_len=24,
       max_title_len=24, min_len=96, k_train=4, max_segments=None,

@@ -61,8 +61,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
                    else dict(dev=500)),
   ))
   config.ranker = ml_collections.ConfigDict(dict(
-      tiny=False, checkpoint="minilm-l6", overrides=dict()))
-  config.model = ml_collections.ConfigDict()
+      kind="cross", tiny=False, checkpoint="minilm-l6", overrides=dict()))
   config.segments = ml_collections.ConfigDict(dict(
       max_len=128 if runlocal else 512,
       max_query_len=24 if runlocal else 48,

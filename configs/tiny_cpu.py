@@ -53,7 +53,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # A random BertConfig.tiny() ranker with the MiniLM tokenizer's vocabulary,
   # so that real text can be tokenized.
   config.ranker = ml_collections.ConfigDict(dict(
-      tiny=True, checkpoint="minilm-l6", overrides=dict(
+      kind="cross", tiny=True, checkpoint="minilm-l6", overrides=dict(
           vocab_size=30522, max_position_embeddings=64,
           hidden_dropout=0.1, attention_dropout=0.1)))
   config.data = ml_collections.ConfigDict(dict(

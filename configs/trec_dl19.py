@@ -48,8 +48,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
                 run=os.path.join(dl, "msmarco-doctest2019-top100")),
       max_queries=dict(dev=500)))
   config.ranker = ml_collections.ConfigDict(dict(
-      tiny=False, checkpoint="minilm-l6", overrides=dict()))
-  config.model = ml_collections.ConfigDict()
+      kind="cross", tiny=False, checkpoint="minilm-l6", overrides=dict()))
   config.segments = ml_collections.ConfigDict(dict(
       max_len=512, max_query_len=32, max_title_len=32, min_len=96, k_train=4,
       max_segments=None, train_lengths="uniform"))

@@ -10,9 +10,9 @@ import pytest
 
 from best_jax.data import trec
 from best_jax.data.corpus import Document, write_corpus
-from best_jax.train import command
-from best_jax.train.cross_validation import cross_validate
-from best_jax.train.datasets import synthetic_data
+from best_jax.experiment.cross_validation import CHOSEN, cross_validate
+from best_jax.experiment.datasets import synthetic_data
+from fakes import tiny_config
 
 
 def _write_trec_files(directory):
@@ -41,18 +41,18 @@ def test_cross_validation_pools_held_out_folds(tmp_path):
   jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
   qids = _write_trec_files(str(tmp_path))
   path = lambda name: str(tmp_path / name)
-  config = command.load_config("configs/tiny_cpu.py")
-  with config.unlocked():
-    config.data = dict(
-        name="trec", topics=path("topics.tsv"), qrels=path("qrels.txt"),
-        run=path("first.run"), folds=path("folds.json"), fold="",
-        cross_validate=True, topic_field="title", depth=20,
-        corpus=path("corpus.jsonl"), ir_datasets="", max_queries=None)
-    config.regimes = ("firstp", "maxp")
-    config.train.num_steps = 2
-    config.train.eval_every = 2
-    config.birch.enabled = True
-    config.birch.folds = 2
+  config = tiny_config()
+  config.data = dict(
+      name="trec", topics=path("topics.tsv"), qrels=path("qrels.txt"),
+      run=path("first.run"), folds=path("folds.json"), fold="",
+      cross_validate=True, topic_field="title", depth=20,
+      corpus=path("corpus.jsonl"), ir_datasets="", max_queries=None)
+  config.regimes = ("firstp", "maxp", "best")
+  config.best.max_iterations = 2
+  config.train.num_steps = 2
+  config.train.eval_every = 2
+  config.birch.enabled = True
+  config.birch.folds = 2
   metrics = cross_validate(config, str(tmp_path / "w"))
   for fold in ("f0", "f1", "f2"):
     fold_run = trec.read_run(tmp_path / "w" / fold / "runs" / "maxp.run")
@@ -60,7 +60,15 @@ def test_cross_validation_pools_held_out_folds(tmp_path):
   pooled = trec.read_run(tmp_path / "w" / "runs" / "maxp.run")
   assert set(pooled) == set(qids)
   assert metrics["test_queries"] == len(qids)
-  # Birch refitted across the folds covers every query too.
-  assert set(metrics["means"]) == {"bm25", "firstp", "maxp", "birch"}
+  # Birch refitted across the folds covers every query too; BeST as each
+  # fold chose it on dev is one pooled row over every query.
+  assert {"BM25", "FirstP", "MaxP", "Birch", CHOSEN} <= set(metrics["means"])
   assert set(trec.read_run(tmp_path / "w" / "runs" / "birch.run")) == set(qids)
+  for system, count in metrics["queries"].items():
+    folds = metrics["folds_of"][system]
+    assert count == sum(len(qids[int(f[1])::3]) for f in folds), system
+  assert metrics["queries"][CHOSEN] == len(qids)
+  # A system only some folds reached is never tested against full rows.
+  partial = [s for s, f in metrics["folds_of"].items() if len(f) < 3]
+  assert not set(partial) & set(metrics["significance"])
   assert "p vs FirstP" in (tmp_path / "w" / "results.md").read_text()

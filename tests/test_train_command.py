@@ -1,7 +1,8 @@
 """The real entry point, end to end, on tiny_cpu with 8 fake CPU devices:
-`best_jax train` trains FirstP/MaxP/GoldP and BeST iterations, selects,
-evaluates, writes runs/metrics/report; a rerun resumes an interrupted
-iteration from its checkpoint and reproduces the same result."""
+`best_jax train` trains every regime through the one loop, selects,
+evaluates, writes runs with model scores, metrics and the report; a rerun
+resumes an interrupted stage and writes byte-identical runs; bad configs,
+stale work directories and a non-finite loss stop with one line."""
 
 import json
 import os
@@ -12,19 +13,29 @@ import numpy as np
 import pytest
 
 from best_jax import cli
+from best_jax.config import load_config
 from best_jax.data import trec
 from best_jax.errors import InputError
-from best_jax.train import best as best_lib
-from best_jax.train import command
-from best_jax.train import experiment
+from best_jax.experiment import examples as examples_lib
+from best_jax.experiment import evaluation
+from best_jax.experiment import models as models_lib
+from best_jax.experiment import run as run_lib
+from best_jax.train import loop
 
 ARGS = ["--config.train.num_steps=4", "--config.train.eval_every=2",
         "--config.train.patience=0", "--config.best.max_iterations=2",
         "--config.data.num_queries=32", "--config.data.num_docs=24"]
 
 
+@pytest.fixture(autouse=True)
+def compilation_cache(tmp_path_factory):
+  jax.config.update("jax_compilation_cache_dir",
+                    str(tmp_path_factory.getbasetemp() / "jit_cache"))
+  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+
+
 def test_config_overrides_are_typed_and_checked():
-  config = command.load_config("configs/tiny_cpu.py", [
+  config = load_config("configs/tiny_cpu.py", [
       "config.train.num_steps=7", "config.optimizer.learning_rate=1",
       "config.regimes=['firstp']", "config.best.pairing=random"])
   assert config.train.num_steps == 7
@@ -32,35 +43,37 @@ def test_config_overrides_are_typed_and_checked():
   assert config.regimes == ("firstp",)
   assert config.best.pairing == "random"
   with pytest.raises(InputError):
-    command.load_config("configs/tiny_cpu.py", ["config.train.nope=1"])
+    load_config("configs/tiny_cpu.py", ["config.train.nope=1"])
   with pytest.raises(InputError):
-    command.load_config("configs/tiny_cpu.py", ["config.train.num_steps=x"])
+    load_config("configs/tiny_cpu.py", ["config.train.num_steps=x"])
+  with pytest.raises(InputError, match="unknown config argument"):
+    load_config("configs/tiny_cpu.py:bogus")
   with pytest.raises(AttributeError):
-    command.load_config("configs/tiny_cpu.py").new_field = 1  # locked
+    load_config("configs/tiny_cpu.py").new_field = 1  # locked
 
 
-def _leaves(tree):
-  return [np.asarray(x) for x in jax.tree.leaves(tree)]
+def _runs(workdir):
+  directory = os.path.join(workdir, "runs")
+  return {name: open(os.path.join(directory, name), "rb").read()
+          for name in sorted(os.listdir(directory))}
 
 
 def test_train_end_to_end_resume_and_pretrained_restarts(tmp_path,
                                                          monkeypatch):
-  jax.config.update("jax_compilation_cache_dir", str(tmp_path / "jit_cache"))
-  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
   starts, pretrained = {}, {}
-  run_iteration, load = best_lib.run_iteration, experiment._pretrained
+  fit, build = loop.fit, models_lib.cross_ranker
 
-  def spy_iteration(name, states, *args, **kwargs):
-    starts[name] = [best_lib.to_host(s.params) for s in states]
-    return run_iteration(name, states, *args, **kwargs)
+  def spy_fit(name, state, *args, **kwargs):
+    starts[name] = jax.device_get(loop.model_params(state))
+    return fit(name, state, *args, **kwargs)
 
-  def spy_pretrained(config, checkpoint):
-    out = load(config, checkpoint)
-    pretrained["params"] = out[1]
-    return out
+  def spy_ranker(*args, **kwargs):
+    ranker = build(*args, **kwargs)
+    pretrained["params"] = jax.device_get(ranker.pretrained)
+    return ranker
 
-  monkeypatch.setattr(best_lib, "run_iteration", spy_iteration)
-  monkeypatch.setattr(experiment, "_pretrained", spy_pretrained)
+  monkeypatch.setattr(loop, "fit", spy_fit)
+  monkeypatch.setattr(run_lib, "cross_ranker", spy_ranker)
   workdir = str(tmp_path / "w")
   argv = ["train", "--config", "configs/tiny_cpu.py", "--workdir", workdir]
   assert cli.main(argv + ARGS) == 0
@@ -83,28 +96,91 @@ def test_train_end_to_end_resume_and_pretrained_restarts(tmp_path,
   with open(os.path.join(workdir, "negatives.jsonl")) as f:
     assert len(f.readlines()) == 4 * 8  # num_steps x batch_size groups
 
-  # Iteration 1 and every later one start from the pretrained weights.
-  for name in ("best1", "best2"):
-    for start in starts[name]:
-      for a, b in zip(_leaves(start), _leaves(pretrained["params"])):
-        np.testing.assert_array_equal(a, b)
+  # The runs carry the models' scores: MaxP's top documents score the max
+  # of their saved segment scores, the rest of the BM25 list sits below.
+  with open(os.path.join(workdir, "segments", "MaxP.json")) as f:
+    segments = {(r["qid"], r["docid"]): max(r["scores"])
+                for r in json.load(f)}
+  maxp = trec.read_run(os.path.join(workdir, "runs", "maxp.run"))
+  for qid, scores in maxp.items():
+    top = {d: s for d, s in scores.items() if (qid, d) in segments}
+    assert len(top) == 10  # eval.depth
+    for docid, score in top.items():
+      assert score == pytest.approx(segments[(qid, docid)], abs=1e-6)
+    rest = [s for d, s in scores.items() if d not in top]
+    assert not rest or max(rest) < min(top.values())
+
+  # Every stage starts from the pretrained weights (BeST's later iterations
+  # too, never from θ⁽ⁿ⁾); the joint step starts both of its models there.
+  assert set(starts) == {"firstp", "maxp_all", "goldp", "best1", "best2"}
+  for name, start in starts.items():
+    for a, b in zip(jax.tree.leaves(start),
+                    jax.tree.leaves(pretrained["params"])):
+      np.testing.assert_array_equal(a, b)
 
   # Interrupt BeST-2 after its step-2 checkpoint and rerun: it resumes there
-  # and ends with the same model, hence the same test metrics.
-  first = metrics["means"]["BeST-2"]
+  # and writes byte-identical runs; the finished stages are loaded.
+  first = _runs(workdir)
   shutil.rmtree(os.path.join(workdir, "stages", "best2"))
+  os.remove(os.path.join(workdir, "stages", "best2.json"))
   shutil.rmtree(os.path.join(workdir, "checkpoints", "best2", "4"))
   os.remove(os.path.join(workdir, "segments", "BeST-2.json"))
-  os.remove(os.path.join(workdir, "metrics.json"))
+  shutil.rmtree(os.path.join(workdir, "runs"))
   starts.clear()
   assert cli.main(argv + ARGS) == 0
-  assert set(starts) == {"best2"}   # the finished stages were loaded
+  assert set(starts) == {"best2"}
   log = open(os.path.join(workdir, "log.txt")).read()
   assert "best2: resumed at step 2" in log
-  with open(os.path.join(workdir, "metrics.json")) as f:
-    again = json.load(f)["means"]["BeST-2"]
-  for metric, value in first.items():
-    assert again[metric] == pytest.approx(value, abs=1e-6), metric
+  assert _runs(workdir) == first
+
+
+def test_bad_input_stops_before_anything_is_written(tmp_path, capsys):
+  workdir = tmp_path / "w"
+  base = ["train", "--config", "configs/tiny_cpu.py", "--workdir",
+          str(workdir)]
+  for extra, message in (
+      (["--config.train.num_steps=0"], "num_steps=0 must be at least 1"),
+      (["--config.train.batch_size=6"], "not a multiple of the 8"),
+      (["--config.regimes=['firstp','nope']"], "unknown regime 'nope'"),
+      (["--config.ranker.kind=mono"], "ranker.kind='mono'")):
+    assert cli.main(base + extra) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and message in err, err
+    assert not workdir.exists()
+  assert cli.main(["train", "--config", "configs/tiny_cpu.py:bogus",
+                   "--workdir", str(workdir)]) == 2
+  assert "unknown config argument 'bogus'" in capsys.readouterr().err
+  assert not workdir.exists()
+
+
+def test_stale_work_is_never_resumed(tmp_path, capsys):
+  workdir = str(tmp_path / "w")
+  argv = ["train", "--config", "configs/tiny_cpu.py", "--workdir", workdir,
+          "--config.regimes=['firstp']", "--config.birch.enabled=False"]
+  assert cli.main(argv + ARGS) == 0
+  capsys.readouterr()
+  before = sorted(os.listdir(workdir))
+  assert cli.main(argv + ARGS + ["--config.optimizer.learning_rate=0.5"]) == 2
+  err = capsys.readouterr().err.strip()
+  assert err.count("\n") == 0
+  assert "optimizer.learning_rate: 0.001 -> 0.5 (firstp)" in err
+  assert "new --workdir" in err
+  assert sorted(os.listdir(workdir)) == before
+  # Settings that change no model (e.g. the logging rate) are fine.
+  assert cli.main(argv + ARGS + ["--config.train.log_every=1"]) == 0
+
+
+def test_non_finite_loss_stops_with_one_line(tmp_path, capsys):
+  workdir = str(tmp_path / "w")
+  code = cli.main(["train", "--config", "configs/tiny_cpu.py", "--workdir",
+                   workdir, "--config.optimizer.learning_rate=1e30",
+                   "--config.optimizer.max_grad_norm=1e30",
+                   "--config.train.num_steps=10"])
+  assert code == 1
+  last = capsys.readouterr().err.strip().splitlines()[-1]
+  assert last.startswith("best_jax train: stopped: firstp: training step ")
+  assert "non-finite loss" in last
+  assert not os.path.exists(os.path.join(workdir, "stages", "firstp.json"))
 
 
 def test_qds_regime_joins_the_experiment(tmp_path, monkeypatch):
@@ -112,19 +188,19 @@ def test_qds_regime_joins_the_experiment(tmp_path, monkeypatch):
   a test run, a Table 1 row tested against the BeST iteration chosen on dev,
   no segment-selection row, and a finished stage that a rerun loads."""
   starts = {}
-  run_iteration = best_lib.run_iteration
+  fit = loop.fit
 
-  def spy_iteration(name, states, *args, **kwargs):
-    starts[name] = states
-    return run_iteration(name, states, *args, **kwargs)
+  def spy_fit(name, state, *args, **kwargs):
+    starts[name] = state
+    return fit(name, state, *args, **kwargs)
 
-  monkeypatch.setattr(best_lib, "run_iteration", spy_iteration)
+  monkeypatch.setattr(loop, "fit", spy_fit)
   workdir = str(tmp_path / "w")
   argv = ["train", "--config", "configs/tiny_cpu.py", "--workdir", workdir,
           "--config.regimes=['firstp','best','qds']",
           "--config.best.max_iterations=1", "--config.birch.enabled=False"]
   assert cli.main(argv + ARGS[:3] + ARGS[4:]) == 0
-  positions = starts["qds"][0].params["encoder"]["embeddings"]["position"]
+  positions = starts["qds"].params["encoder"]["embeddings"]["position"]
   assert positions["embedding"].shape[0] == 96  # config.qds.max_len rows
   run = trec.read_run(os.path.join(workdir, "runs", "qds.run"))
   assert len(run) == 8
@@ -152,41 +228,29 @@ def test_qds_regime_joins_the_experiment(tmp_path, monkeypatch):
     assert len(json.load(f)) < len(records)
 
 
-def test_only_process_zero_writes_experiment_files(tmp_path):
-  """Other processes run the same code but their writes go nowhere."""
-  exp = object.__new__(experiment.Experiment)
-  for writes, name in ((False, "other.json"), (True, "zero.json")):
-    exp.writes = writes
-    with exp.output(str(tmp_path / name)) as f:
-      f.write("{}")
-  assert sorted(os.listdir(tmp_path)) == ["zero.json"]
-
-
-def test_goldp_positives_hold_the_gold_passage_beyond_the_inference_cap(
+def test_goldp_trains_on_the_gold_segment_of_the_training_segmentation(
     tmp_path, monkeypatch):
-  """GoldP trains each positive on the segment holding its gold passage even
-  when inference keeps only the first `max_segments` segments (here 1)."""
-  from best_jax.train import batches
+  """GoldP's positive is the training segment (random lengths, like its
+  negatives) that holds the gold passage, wherever it lies in the document,
+  even past the inference cap (here one segment)."""
   seen = []
-  group_batch = batches.group_batch
+  gold_segment = examples_lib.gold_segment
 
-  def spy(groups, choice, **kwargs):
-    for b, group in enumerate(groups):
-      span = kwargs["gold"].get((group.qid, group.docids[0]))
-      if choice[b, 0] < 0 and span is not None:
-        spans = kwargs["gold_store"].spans(group.docids[0])
-        seen.append(experiment.overlaps(
-            spans[batches.gold_segment(spans, span)], span))
-    return group_batch(groups, choice, **kwargs)
+  def spy(spans_s2, gold):
+    index = gold_segment(spans_s2, gold)
+    seen.append((spans_s2.tolist(), index, gold))
+    return index
 
-  monkeypatch.setattr(batches, "group_batch", spy)
+  monkeypatch.setattr(examples_lib, "gold_segment", spy)
   workdir = str(tmp_path / "w")
   assert cli.main(["train", "--config", "configs/tiny_cpu.py", "--workdir",
                    workdir, "--config.regimes=['goldp']",
                    "--config.segments.max_segments=1",
                    "--config.birch.enabled=False"] + ARGS) == 0
-  assert seen and all(seen)
+  assert seen
+  assert all(evaluation.overlaps(spans[i], gold) for spans, i, gold in seen)
+  assert any(i > 0 for _, i, _ in seen)  # beyond the one inference segment
   with open(os.path.join(workdir, "metrics.json")) as f:
     p_at_1 = json.load(f)["segment_p_at_1"]
   # With one scored segment, the ceiling is the first segment's P@1.
-  assert p_at_1[experiment.CEILING] == p_at_1["First segment"] < 1
+  assert p_at_1[evaluation.CEILING] == p_at_1["First segment"] < 1

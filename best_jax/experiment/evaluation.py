@@ -86,6 +86,8 @@ def test_scores(workdir: Workdir, inputs: Inputs, scorer: SegmentScorer,
                 "rescoring")
   scores = scorer.score(params, pairs, max_segments=max_segments,
                         desc=f"test ({name})").host()
+  workdir.log_process(f"test ({name}): built {scorer.built[0]} of "
+                      f"{scorer.built[1]} rows")
   if workdir.writes:
     records = []
     for (qid, docid), values in scores.items():

@@ -81,9 +81,11 @@ def qds_plan(config: ml_collections.ConfigDict, inputs: Inputs,
 
 
 def select_segments(inputs: Inputs, ranker: Ranker, params: Any, name: str
-                    ) -> dict[Pair, int]:
+                    ) -> tuple[dict[Pair, int], tuple[int, int]]:
   """The frozen model's argmax over the training segments of every pair of
-  the schedule (scored on the devices; only the indices come back)."""
+  the schedule (scored on the devices; only the indices come back), and
+  (rows this process built, rows of all processes)."""
   pairs = schedule_pairs(inputs.schedule)
-  return ranker.train_scorer.score(params, pairs,
-                                   desc=f"select ({name})").select()
+  scorer = ranker.train_scorer
+  chosen = scorer.score(params, pairs, desc=f"select ({name})").select()
+  return chosen, scorer.built

@@ -114,8 +114,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str
       name = f"best{n}"
       stage = stages.load(name, like)
       if stage is None:  # θ⁽ⁿ⁻¹⁾ selects, a fresh θ⁽ⁿ⁾ trains on its picks.
-        chosen = plans.select_segments(inputs, cross,
-                                       models[f"BeST-{n - 1}"][0], name)
+        chosen, built = plans.select_segments(
+            inputs, cross, models[f"BeST-{n - 1}"][0], name)
+        out.log_process(f"select ({name}): built {built[0]} of {built[1]} "
+                        "rows")
         stage = stages.train(plans.segment_plan(
             name, "best", config, inputs, cross, evaluator((agg,)),
             selected=chosen), like)
