@@ -27,8 +27,9 @@ COMMANDS = {
               "train a ranker from a config (FirstP/MaxP/GoldP/BeST/...)"),
     "truncate": ("best_jax.truncate.command",
                  "truncate ranked lists (oracle/fixed/greedy/attncut/...)"),
-    "aot": ("best_jax.train.aot",
-            "compile the train step for a TPU topology on CPU: FLOPs, memory"),
+    "aot": ("best_jax.experiment.aot",
+            "compile every step of a config for a TPU topology on CPU: "
+            "FLOPs, memory"),
     "explain": ("best_jax.select.explain",
                 "show each query's selected evidence segment (HTML + text)"),
 }

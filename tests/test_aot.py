@@ -1,4 +1,5 @@
-"""AOT compilation of the train step for a TPU topology (needs libtpu)."""
+"""AOT compilation of every step of a config for a TPU topology (needs
+libtpu): the train, joint, score and QDS steps `best_jax train` builds."""
 
 import dataclasses
 import importlib.util
@@ -6,10 +7,15 @@ import importlib.util
 import jax
 import numpy as np
 import pytest
+from flax import nnx
 
+from best_jax import cli
 from best_jax.errors import InputError
+from best_jax.experiment import aot
 from best_jax.models.bert import BertConfig
-from best_jax.train import aot, chips
+from best_jax.models.ranker import CrossEncoderRanker
+from best_jax.train import chips
+from fakes import tiny_config
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("libtpu") is None,
@@ -17,59 +23,60 @@ pytestmark = pytest.mark.skipif(
 
 
 @pytest.fixture(scope="module")
-def report():
-  config = aot.load_config(aot.DEFAULT_CONFIG)
-  return aot.compile_train_step("v5e:2x2", BertConfig.tiny(), config,
-                                batch=8, group=2, length=16)
+def reports():
+  config = tiny_config()
+  config.regimes = ("firstp", "best", "qds")
+  return {r.step: r for r in aot.compile_steps("v5e:2x2", config,
+                                               BertConfig.tiny())}
 
 
 def tiny_parameter_count() -> int:
-  from best_jax.models.ranker import CrossEncoderRanker  # pylint: disable=g-import-not-at-top
-  from flax import nnx  # pylint: disable=g-import-not-at-top
   model = nnx.eval_shape(
       lambda: CrossEncoderRanker(BertConfig.tiny(), rngs=nnx.Rngs(0)))
   return sum(int(np.prod(x.shape))
              for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
 
 
-def test_report_for_a_v5e_slice(report):
-  assert report.devices == 4 and report.hosts == 1
-  assert report.mesh == {"data": 4, "model": 1}
-  assert report.chip == "TPU v5e"
-  assert report.hbm_bytes == 16 * chips.GIB
-  assert report.tokens_per_step == 8 * 2 * 16
-  # The parameters, AdamW's two moments (all float32, replicated with a
-  # model axis of 1) and this device's quarter of the batch are arguments.
+def test_every_step_of_the_run_is_compiled(reports):
+  assert set(reports) == {"train_step", "joint_step", "score_step",
+                          "qds_train_step", "qds_score_step"}
+  train, joint = reports["train_step"], reports["joint_step"]
+  assert train.devices == 4 and train.hosts == 1
+  assert train.mesh == {"data": 4, "model": 1}
+  assert train.chip == "TPU v5e" and train.hbm_bytes == 16 * chips.GIB
+  assert train.batch_shape == (8, 2, 48)           # batch, group, max_len
+  assert joint.batch_shape == (8, 2, 8, 48)        # ... x max_segments
+  assert reports["score_step"].batch_shape == (64, 48)  # rows_per_call
+  # Parameters and AdamW's two moments (float32) are arguments; the donated
+  # state aliases its output.
   n = tiny_parameter_count()
-  batch_bytes = (2 * 2 * 2 * 16 * 4 + 2 * 2 * 16  # ids, types; mask (bool)
-                 + 2 * 2 * 4 + 2 * 2 + 2)          # labels, mask, examples
-  assert report.argument_bytes >= 3 * 4 * n + batch_bytes
-  # TPU layouts pad small arrays to tiles, so allow some slack above.
-  assert report.argument_bytes < 4 * (3 * 4 * n + batch_bytes)
-  # The donated state aliases its output.
-  assert report.alias_bytes >= 3 * 4 * n
-  # Forward + backward of the tiny model: at least 6 FLOPs per parameter
-  # per token of this device's 2 x 2 x 16 tokens (embeddings excluded).
-  assert report.flops_per_device > 6 * (n - 128 * 32 - 128 * 32) * 64 * 0.5
-  assert report.fits
-  assert "fits" in report.format() and "v5e:2x2" in report.format()
+  assert train.argument_bytes >= 3 * 4 * n and train.alias_bytes >= 3 * 4 * n
+  # The joint step holds two states and scores every segment: more of both.
+  assert joint.alias_bytes >= 2 * 3 * 4 * n
+  assert joint.flops_per_device > 4 * train.flops_per_device
+  # Forward + backward: at least 6 FLOPs per non-embedding parameter per
+  # token of this device's quarter of the batch.
+  tokens = train.tokens_per_step / 4
+  assert train.flops_per_device > 6 * (n - 2 * 128 * 32) * tokens * 0.5
+  assert all(r.fits for r in reports.values())
+  assert "joint_step" in joint.format() and "fits" in joint.format()
 
 
-def test_does_not_fit_fails_clearly(report):
-  small = dataclasses.replace(report, hbm_bytes=1024)
+def test_does_not_fit_fails_clearly(reports):
+  small = dataclasses.replace(reports["joint_step"], hbm_bytes=1024)
   assert not small.fits
-  with pytest.raises(aot.DoesNotFit, match=r"v5e:2x2: the train step needs"):
+  with pytest.raises(aot.DoesNotFit, match=r"v5e:2x2: joint_step needs"):
     aot.check_fits(small)
-  aot.check_fits(report)  # no error
 
 
-def test_compiler_out_of_memory_is_does_not_fit():
-  config = aot.load_config(aot.DEFAULT_CONFIG)
-  with pytest.raises(aot.DoesNotFit,
-                     match=r"v5e:2x2: the train step does not fit on a TPU "
-                     r"v5e .*exceeds available HBM.*gradient accumulation"):
-    aot.compile_train_step("v5e:2x2", BertConfig.tiny(), config,
-                           batch=2**18, group=2, length=128)
+def test_command_exits_1_naming_the_step(capsys):
+  code = cli.main(["aot", "--config", "configs/tiny_cpu.py", "--model",
+                   "tiny", "--topology", "v5e:2x2", "--hbm-gib", "0.001",
+                   "--config.regimes=['firstp']"])
+  assert code == 1
+  err = capsys.readouterr().err
+  assert "v5e:2x2: train_step needs" in err
+  assert "v5e:2x2: score_step needs" in err
 
 
 def test_unknown_topology_is_an_input_error():

@@ -14,10 +14,14 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import matplotlib
 import numpy as np
 
 from best_jax.data.files import atomic_write
 from best_jax.evaluate.significance import paired_p_values
+
+matplotlib.use("Agg")  # Files only, never a window.
+import matplotlib.pyplot as plt  # noqa: E402  pylint: disable=g-import-not-at-top,wrong-import-position
 
 TABLE1 = (("ndcg_cut_10", "NDCG@10"), ("recip_rank_cut_10", "MRR@10"),
           ("map", "MAP"))
@@ -113,9 +117,6 @@ def table2(metrics: Mapping[str, Any]) -> str:
 
 def plot_positions(positions: Mapping[str, Sequence[int]], path: str) -> None:
   """Histogram of the selected segment's index, one panel per iteration."""
-  import matplotlib  # pylint: disable=g-import-not-at-top
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
   items = [(k, v) for k, v in positions.items() if len(v)]
   if not items:
     return
@@ -137,9 +138,6 @@ def plot_positions(positions: Mapping[str, Sequence[int]], path: str) -> None:
 def plot_learning_curves(histories: Mapping[str, Sequence[Mapping]],
                          path: str) -> None:
   """Training loss and dev MRR@10 against the step, one line per model."""
-  import matplotlib  # pylint: disable=g-import-not-at-top
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
   fig, (loss_ax, dev_ax) = plt.subplots(1, 2, figsize=(9, 3.2))
   for name, history in histories.items():
     losses = [(h["step"], h["loss"]) for h in history if "loss" in h]

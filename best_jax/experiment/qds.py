@@ -96,22 +96,29 @@ class QdsRows:
             "mask": Feature((group_size,), bool)}
 
 
-def qds_ranker(config: ml_collections.ConfigDict, inputs: Inputs, mesh
-               ) -> tuple[Ranker, QdsRows, str]:
-  """The QDS-Transformer of `config.qds` from the pretrained encoder
-  (positions extended by copying to `qds.max_len`, random head), with its
-  own learning rate and loss; returns (ranker, rows, a description)."""
+def qds_configs(config: ml_collections.ConfigDict, sentence_start_id: int
+                ) -> tuple[QdsInputConfig, QdsConfig]:
+  """The rows' and the model's settings from `config.qds`."""
   c = config.qds
   row_config = QdsInputConfig(
       max_len=c.max_len, max_sentences=c.max_sentences,
       max_query_len=c.get("max_query_len", config.segments.max_query_len))
   # Every global token of a row gets a slot: no query or sentence-start
   # token is ever left out of the global set.
-  qds = QdsConfig(window=c.window, pattern=c.pattern,
-                  max_global=row_config.max_global(),
-                  first_tokens=c.get("first_tokens", 64),
-                  head_dropout=c.get("head_dropout", 0.1),
-                  sentence_start_id=inputs.segmenter.special.cls_id)
+  return row_config, QdsConfig(
+      window=c.window, pattern=c.pattern, max_global=row_config.max_global(),
+      first_tokens=c.get("first_tokens", 64),
+      head_dropout=c.get("head_dropout", 0.1),
+      sentence_start_id=sentence_start_id)
+
+
+def qds_ranker(config: ml_collections.ConfigDict, inputs: Inputs, mesh
+               ) -> tuple[Ranker, QdsRows, str]:
+  """The QDS-Transformer of `config.qds` from the pretrained encoder
+  (positions extended by copying to `qds.max_len`, random head), with its
+  own learning rate and loss; returns (ranker, rows, a description)."""
+  c = config.qds
+  row_config, qds = qds_configs(config, inputs.segmenter.special.cls_id)
   overrides = dict(config.ranker.get("overrides", {}) or {})
   rngs = nnx.Rngs(config.seed + 20)
   if config.ranker.get("tiny"):

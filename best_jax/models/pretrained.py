@@ -10,6 +10,8 @@ from __future__ import annotations
 import importlib.util
 import os
 
+from transformers import AutoTokenizer
+
 from best_jax.errors import InputError
 
 MINILM = "minilm-l6"
@@ -32,6 +34,5 @@ def checkpoint_dir(name_or_path: str = MINILM) -> str:
 
 def load_tokenizer(name_or_path: str = MINILM):
   """The fast Hugging Face tokenizer of a local checkpoint (offline)."""
-  from transformers import AutoTokenizer  # Imported lazily: slow import.
   return AutoTokenizer.from_pretrained(checkpoint_dir(name_or_path),
                                        local_files_only=True)

@@ -24,6 +24,7 @@ from collections.abc import Callable
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
+from safetensors import SafetensorError, safe_open
 
 from best_jax.errors import InputError
 from best_jax.models.bert import BertConfig, BertEncoder
@@ -63,7 +64,6 @@ def read_tensors(checkpoint_dir: str | os.PathLike) -> dict[str, np.ndarray]:
 
 
 def _read_safetensors(path: str) -> dict[str, np.ndarray]:
-  from safetensors import SafetensorError, safe_open
   try:
     with safe_open(path, framework="numpy") as f:
       return {name: f.get_tensor(name) for name in f.keys()}

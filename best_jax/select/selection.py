@@ -21,6 +21,7 @@ step uses too). `SegmentScorer` scores many pairs:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
@@ -126,6 +127,42 @@ class _ChunkRows:
     return dict(inputs, pair=np.int32(row.pair), segment=np.int32(row.segment))
 
 
+@functools.lru_cache(maxsize=None)
+def _blank_fn(num_pairs: int, width: int, sharding: jax.NamedSharding):
+  """A jitted `[num_pairs, width]` array of −inf (compiled once per shape)."""
+  return jax.jit(lambda: jnp.full((num_pairs, width), -jnp.inf),
+                 out_shardings=sharding)
+
+
+def build_score_into(trainer, names: Sequence[str] = ("input_ids",
+                                                     "attention_mask",
+                                                     "token_type_ids")):
+  """The jitted scoring step: `(params, buffer_ps, batch) -> buffer_ps` with
+  each real row's score written at `[pair, segment]` (the buffer is donated
+  and replicated; the batch sharded like a training batch)."""
+  replicated = jax.NamedSharding(trainer.mesh, jax.P())
+  graphdef, names = trainer.graphdef, tuple(names)
+
+  def score_into(params, buffer_ps, batch):
+    model = nnx.merge(graphdef, params)
+    scores_r = model(*(batch[n] for n in names)).astype(jnp.float32)
+    real_r = batch["example_mask"] & (batch["pair"] >= 0)
+    pair_r = jnp.where(real_r, batch["pair"], buffer_ps.shape[0])
+    return buffer_ps.at[pair_r, batch["segment"]].set(scores_r, mode="drop")
+
+  with jax.set_mesh(trainer.mesh):
+    jitted = jax.jit(score_into, in_shardings=(
+        trainer.param_shardings, replicated, trainer.batch_sharding),
+                     out_shardings=replicated, donate_argnums=1)
+
+  def call(*args):
+    with jax.set_mesh(trainer.mesh):
+      return jitted(*args)
+  call.lower = jitted.lower
+  call._cache_size = jitted._cache_size  # pylint: disable=protected-access
+  return call
+
+
 def default_buckets(max_len: int, count: int = 4, multiple: int = 8
                     ) -> tuple[int, ...]:
   """`count` row lengths up to `max_len`, evenly spaced, multiples of 8."""
@@ -157,27 +194,12 @@ class SegmentScorer:
     self._batch_sharding = trainer.batch_sharding
     self._mesh = trainer.mesh
     self.built = (0, 0)  # (rows this process built, rows of all) last call
-    replicated = jax.NamedSharding(trainer.mesh, jax.P())
-    graphdef, names = trainer.graphdef, tuple(names)
-
-    def score_into(params, buffer_ps, batch):
-      model = nnx.merge(graphdef, params)
-      scores_r = model(*(batch[n] for n in names)).astype(jnp.float32)
-      real_r = batch["example_mask"] & (batch["pair"] >= 0)
-      pair_r = jnp.where(real_r, batch["pair"], buffer_ps.shape[0])
-      return buffer_ps.at[pair_r, batch["segment"]].set(scores_r, mode="drop")
-
-    with jax.set_mesh(trainer.mesh):
-      self._score_into = jax.jit(
-          score_into, in_shardings=(trainer.param_shardings, replicated,
-                                    trainer.batch_sharding),
-          out_shardings=replicated, donate_argnums=1)
-    self._replicated = replicated
+    self._score_into = build_score_into(trainer, names)
+    self._replicated = jax.NamedSharding(trainer.mesh, jax.P())
 
   def _blank(self, num_pairs: int, width: int) -> jax.Array:
     with jax.set_mesh(self._mesh):
-      return jax.jit(lambda: jnp.full((num_pairs, width), -jnp.inf),
-                     out_shardings=self._replicated)()
+      return _blank_fn(num_pairs, width, self._replicated)()
 
   def score(self, params: Any, pairs: Sequence[Pair], *,
             max_segments: int | None = None, desc: str = "score"
