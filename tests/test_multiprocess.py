@@ -121,3 +121,14 @@ def test_maybe_initialize_is_opt_in(monkeypatch):
   assert not distributed.maybe_initialize()  # single host: nothing happens
   assert distributed.is_main_process()
   assert distributed.broadcast_json({"a": [1, 2]}) == {"a": [1, 2]}
+
+
+def test_the_train_command_imports_without_starting_jax():
+  """`jax.distributed.initialize` must come before any backend starts, so
+  importing the command (and what it imports, e.g. bm25s, which runs a JAX
+  op at import) must not start one."""
+  code = ("import jax._src.xla_bridge as xb\n"
+          "import best_jax.experiment.command, best_jax.experiment.aot\n"
+          "assert not xb._backends, 'a JAX backend started at import'\n")
+  subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True,
+                 env=_env(8, "/tmp"), timeout=300)

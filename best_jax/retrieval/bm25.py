@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 from collections.abc import Mapping
 
-import bm25s
 import numpy as np
 import Stemmer
 from tqdm.auto import tqdm
@@ -46,6 +45,9 @@ def bm25_run(corpus: Mapping[str, str], queries: Mapping[str, str],
   documents with a positive score; a query that matches nothing maps to {}.
   Scores are float32 BM25 values converted to Python floats.
   """
+  # bm25s runs a JAX computation when it is imported, which would start the
+  # backend before `jax.distributed.initialize` on a multi-host job.
+  import bm25s  # pylint: disable=g-import-not-at-top
   if not corpus:
     raise InputError("empty corpus")
   if k < 1:

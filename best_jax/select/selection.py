@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 import jax
@@ -37,8 +37,6 @@ from best_jax.data.pipeline import Feature, InputPipeline, process_rows
 from best_jax.train.best import masked_argmax
 
 Pair = tuple[str, str]
-# Rows that belong to no pair (a process's padding) carry this pair index.
-NO_PAIR = -1
 
 
 def _valid(scores: jax.Array | np.ndarray):
@@ -93,26 +91,20 @@ class RowSource(Protocol):
   def features(self, length: int) -> dict[str, Feature]: ...
 
 
-@dataclasses.dataclass(frozen=True)
-class _Row:
-  pair: int
-  qid: str
-  docid: str
-  segment: int
+# A row of a chunk: `build(length) -> {name: array}` at a bucket's length.
+RowBuilder = Callable[[int], dict[str, np.ndarray]]
 
 
 class _ChunkRows:
   """This process's rows of one bucket as a pipeline source: in chunk c,
   the rows this process's devices hold are its rows c·n … (c+1)·n − 1 (n per
-  chunk); past its last row, padding rows of no pair."""
+  chunk); past its last row, `blank` rows."""
 
-  def __init__(self, source: RowSource, rows: list[_Row], length: int,
+  def __init__(self, rows: list[RowBuilder], length: int, blank: dict,
                local_rows: np.ndarray, chunk: int, num_chunks: int):
-    self._source, self._rows, self._length = source, rows, length
+    self._rows, self._length, self._blank = rows, length, blank
     self._chunk, self._num_chunks = chunk, num_chunks
     self._position = {int(r): i for i, r in enumerate(local_rows)}
-    self._blank = {name: np.zeros(f.shape, f.dtype)
-                   for name, f in source.features(length).items()}
 
   def __len__(self) -> int:
     return self._chunk * self._num_chunks
@@ -121,10 +113,57 @@ class _ChunkRows:
     c, r = divmod(index, self._chunk)
     k = c * len(self._position) + self._position[r]
     if k >= len(self._rows):
-      return dict(self._blank, pair=np.int32(NO_PAIR), segment=np.int32(0))
-    row = self._rows[k]
-    inputs = self._source.row(row.qid, row.docid, row.segment, self._length)
-    return dict(inputs, pair=np.int32(row.pair), segment=np.int32(row.segment))
+      return self._blank
+    return self._rows[k](self._length)
+
+
+def feed(rows_by_bucket: Mapping[int, list[RowBuilder]],
+         features: Callable[[int], dict[str, Feature]], *,
+         rows_per_call: int, sharding: jax.NamedSharding,
+         consume: Callable[[dict[str, jax.Array]], None], desc: str
+         ) -> tuple[int, int]:
+  """Feeds this process's rows, bucket by bucket, in global chunks of
+  `rows_per_call` to `consume` (a jitted device step), through the input
+  pipeline (built and transferred ahead on a background thread).
+
+  Every process makes the same calls with the same shapes: the chunk count
+  of a bucket comes from the process with the most rows in it, the others
+  pad with blank rows (an index field of -1; zeros elsewhere). Returns (rows
+  this process built, rows of all processes).
+  """
+  buckets = sorted(rows_by_bucket)
+  local = np.array([len(rows_by_bucket[b]) for b in buckets])
+  counts = gather(local)  # [processes, buckets]
+  local_rows = process_rows(sharding, rows_per_call)
+  chunks = [math.ceil(int(counts[:, i].max()) / len(local_rows))
+            for i in range(len(buckets))]
+  with tqdm(total=sum(chunks), desc=desc, unit="chunk", leave=False,
+            disable=jax.process_index() != 0, mininterval=2.0) as bar:
+    for bucket, num_chunks in zip(buckets, chunks):
+      if not num_chunks:
+        continue
+      spec = features(bucket)
+      blank = {name: np.full(f.shape, -1 if not f.shape and f.dtype ==
+                             np.int32 else 0, f.dtype)
+               for name, f in spec.items()}
+      rows = _ChunkRows(rows_by_bucket[bucket], bucket, blank, local_rows,
+                        rows_per_call, num_chunks)
+      for batch in InputPipeline(rows, spec, global_batch_size=rows_per_call,
+                                 sharding=sharding):
+        consume(batch)
+        bar.update(1)
+  return int(local.sum()), int(counts.sum())
+
+
+def padded_count(count: int, multiple: int = 64) -> int:
+  """`count` rounded up to a multiple (fewer array shapes to compile)."""
+  return -(-max(count, 1) // multiple) * multiple
+
+
+def _pair_row(source: RowSource, pair: int, qid: str, docid: str,
+              segment: int, length: int) -> dict[str, np.ndarray]:
+  return dict(source.row(qid, docid, segment, length), pair=np.int32(pair),
+              segment=np.int32(segment))
 
 
 @functools.lru_cache(maxsize=None)
@@ -210,7 +249,7 @@ class SegmentScorer:
     docids = list(dict.fromkeys(d for _, d in pairs))
     mine = {d for i, d in enumerate(docids) if i % count == me}
     self.source.prepare([d for d in docids if d in mine])
-    by_bucket: dict[int, list[_Row]] = {b: [] for b in self.buckets}
+    by_bucket: dict[int, list[RowBuilder]] = {b: [] for b in self.buckets}
     most = 1
     for i, (qid, docid) in enumerate(pairs):
       if docid not in mine:
@@ -222,34 +261,22 @@ class SegmentScorer:
       for s in range(segments):
         length = self.source.row_length(qid, docid, s)
         bucket = next(b for b in self.buckets if b >= length)
-        by_bucket[bucket].append(_Row(i, qid, docid, s))
-    local_counts = np.array([len(by_bucket[b]) for b in self.buckets] + [most])
-    counts = _gather(local_counts)  # [processes, buckets + 1]
-    width = self.source.width or int(counts[:, -1].max())
+        by_bucket[bucket].append(functools.partial(
+            _pair_row, self.source, i, qid, docid, s))
+    width = self.source.width or int(gather(np.array([most])).max())
     if max_segments is not None:
       width = min(width, max_segments)
-    local_rows = process_rows(self._batch_sharding, self.rows_per_call)
-    chunks = [math.ceil(int(counts[:, i].max()) / len(local_rows))
-              for i in range(len(self.buckets))]
-    padded = -(-max(len(pairs), 1) // 64) * 64  # fewer shapes to compile
-    buffer = self._blank(padded, width)
-    with tqdm(total=sum(chunks), desc=desc, unit="chunk", leave=False,
-              disable=me != 0, mininterval=2.0) as bar:
-      for bucket, num_chunks in zip(self.buckets, chunks):
-        if not num_chunks:
-          continue
-        rows = _ChunkRows(self.source, by_bucket[bucket], bucket, local_rows,
-                          self.rows_per_call, num_chunks)
-        features = dict(self.source.features(bucket), pair=Feature((),
-                        np.int32), segment=Feature((), np.int32))
-        pipeline = InputPipeline(rows, features,
-                                 global_batch_size=self.rows_per_call,
-                                 sharding=self._batch_sharding)
-        for batch in pipeline:
-          buffer = self._score_into(params, buffer, batch)
-          bar.update(1)
-    self.built = (int(local_counts[:-1].sum()), int(counts[:, :-1].sum()))
-    return PairScores(pairs, buffer)
+    state = {"buffer": self._blank(padded_count(len(pairs)), width)}
+
+    def consume(batch):
+      state["buffer"] = self._score_into(params, state["buffer"], batch)
+    self.built = feed(
+        by_bucket, lambda length: dict(
+            self.source.features(length), pair=Feature((), np.int32),
+            segment=Feature((), np.int32)),
+        rows_per_call=self.rows_per_call, sharding=self._batch_sharding,
+        consume=consume, desc=desc)
+    return PairScores(pairs, state["buffer"])
 
   def padding(self, pairs: Sequence[Pair], max_segments: int | None = None
               ) -> float:
@@ -272,14 +299,8 @@ class SegmentScorer:
     return 1.0 - real / max(total, 1)
 
 
-def _gather(values: np.ndarray) -> np.ndarray:
+def gather(values: np.ndarray) -> np.ndarray:
   """`[processes, ...]`: every process's `values` (ints), on every process."""
   if jax.process_count() == 1:
     return values[None]
   return np.asarray(multihost_utils.process_allgather(values))
-
-
-def select(scores: Mapping[Pair, np.ndarray]) -> dict[Pair, int]:
-  """The argmax segment of every scored pair (earliest on ties), on host
-  scores (e.g. read back from a work directory)."""
-  return {pair: int(np.argmax(s)) for pair, s in scores.items() if len(s)}

@@ -1,0 +1,178 @@
+"""Bi-encoder scoring: each segment and each query is embedded once per
+model, and every (query, document) pair is scored on the devices.
+
+A bi-encoder scores `f(q, s) = sim(E(q), E(s))` (`models.bi_encoder`), so a
+document's segments need no query: `EmbeddingScorer` embeds the segments of
+the pairs' documents and the pairs' queries into device arrays (each process
+builds the rows of the documents and queries it owns, in length buckets,
+through the same chunked feed as `selection.SegmentScorer`), then one jitted
+gather-and-score fills the `[pairs, segments]` array of a `PairScores`
+(−inf where a pair has no such segment). Parameters and embeddings never
+leave the devices; selection is `PairScores.select()`, as for the
+cross-encoder.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from best_jax.data.pipeline import Feature
+from best_jax.select.selection import (Pair, PairScores, feed, gather,
+                                       padded_count)
+
+
+class TextRows(Protocol):
+  """Bi-encoder rows `[CLS] text [SEP]` of segments and queries."""
+  width: int | None
+
+  def prepare(self, docids: Sequence[str]) -> None: ...
+
+  def num_segments(self, docid: str) -> int: ...
+
+  def segment_length(self, docid: str, segment: int) -> int: ...
+
+  def segment_row(self, docid: str, segment: int, length: int
+                  ) -> dict[str, np.ndarray]: ...
+
+  def query_length(self, qid: str) -> int: ...
+
+  def query_row(self, qid: str, length: int) -> dict[str, np.ndarray]: ...
+
+  def features(self, length: int) -> dict[str, Feature]: ...
+
+
+def _row(build, index: int, *args) -> dict[str, np.ndarray]:
+  return dict(build(*args), index=np.int32(index))
+
+
+class EmbeddingScorer:
+  """Scores pairs with a trainer's bi-encoder (see the module docstring).
+
+  Args:
+    trainer: gives the model graph, mesh and shardings (`train.trainer`).
+    source: the rows (`TextRows`).
+    rows_per_call: rows per model call over all processes.
+    buckets: row lengths compiled for (ascending; the last fits every row).
+  """
+
+  def __init__(self, trainer, source: TextRows, *, rows_per_call: int,
+               buckets: Sequence[int]):
+    self.source = source
+    self.rows_per_call = rows_per_call
+    self.buckets = tuple(sorted(buckets))
+    self.built = (0, 0)
+    self._mesh = trainer.mesh
+    self._batch_sharding = trainer.batch_sharding
+    self._replicated = jax.NamedSharding(trainer.mesh, jax.P())
+    graphdef = trainer.graphdef
+
+    def embed_into(params, buffer_nh, batch):
+      model = nnx.merge(graphdef, params)
+      emb_rh = model.embed(batch["input_ids"], batch["attention_mask"],
+                           batch["token_type_ids"])
+      real_r = batch["example_mask"] & (batch["index"] >= 0)
+      index_r = jnp.where(real_r, batch["index"], buffer_nh.shape[0])
+      return buffer_nh.at[index_r].set(emb_rh.astype(buffer_nh.dtype),
+                                       mode="drop")
+
+    def pair_scores(params, segments_nh, queries_qh, query_p, segment_ps):
+      model = nnx.merge(graphdef, params)
+      valid_ps = segment_ps >= 0
+      seg_psh = segments_nh[jnp.maximum(segment_ps, 0)]
+      scores_ps = model.score(queries_qh[query_p], seg_psh)
+      return jnp.where(valid_ps, scores_ps, -jnp.inf)
+
+    with jax.set_mesh(trainer.mesh):
+      self._embed_into = jax.jit(
+          embed_into, in_shardings=(trainer.param_shardings, self._replicated,
+                                    trainer.batch_sharding),
+          out_shardings=self._replicated, donate_argnums=1)
+      self._pair_scores = jax.jit(
+          pair_scores, in_shardings=(trainer.param_shardings,) + (
+              self._replicated,) * 4, out_shardings=self._replicated)
+    self._hidden = trainer.abstract_params()["encoder"]["embeddings"][
+        "word"]["embedding"].shape[-1]
+
+  def _embed(self, params, rows_by_bucket, count: int, desc: str) -> Any:
+    with jax.set_mesh(self._mesh):
+      buffer = _zeros(padded_count(count), self._hidden, self._replicated)()
+    state = {"buffer": buffer}
+
+    def consume(batch):
+      state["buffer"] = self._embed_into(params, state["buffer"], batch)
+    built = feed(rows_by_bucket, lambda length: dict(
+        self.source.features(length), index=Feature((), np.int32)),
+                 rows_per_call=self.rows_per_call,
+                 sharding=self._batch_sharding, consume=consume, desc=desc)
+    return state["buffer"], built
+
+  def score(self, params: Any, pairs: Sequence[Pair], *,
+            max_segments: int | None = None, desc: str = "score"
+            ) -> PairScores:
+    """Scores every valid segment (the first `max_segments`) of `pairs`."""
+    pairs = list(pairs)
+    count, me = jax.process_count(), jax.process_index()
+    docids = list(dict.fromkeys(d for _, d in pairs))
+    qids = list(dict.fromkeys(q for q, _ in pairs))
+    mine = [d for i, d in enumerate(docids) if i % count == me]
+    self.source.prepare(mine)
+    counts_d = np.zeros(len(docids), np.int64)
+    for i, docid in enumerate(docids):
+      if i % count == me:
+        counts_d[i] = self.source.num_segments(docid)
+    if max_segments is not None:
+      counts_d = np.minimum(counts_d, max_segments)
+    counts_d = gather(counts_d).sum(0)  # each document has one owner
+    offsets_d = np.concatenate([[0], np.cumsum(counts_d)[:-1]])
+    segments: dict[int, list] = {b: [] for b in self.buckets}
+    for i, docid in enumerate(docids):
+      if i % count != me:
+        continue
+      for s in range(int(counts_d[i])):
+        length = self.source.segment_length(docid, s)
+        bucket = next(b for b in self.buckets if b >= length)
+        segments[bucket].append(functools.partial(
+            _row, self.source.segment_row, int(offsets_d[i] + s), docid, s,
+            bucket))
+    queries: dict[int, list] = {b: [] for b in self.buckets}
+    for i, qid in enumerate(qids):
+      if i % count == me:
+        bucket = next(b for b in self.buckets
+                      if b >= self.source.query_length(qid))
+        queries[bucket].append(functools.partial(
+            _row, self.source.query_row, i, qid, bucket))
+    segment_nh, built_s = self._embed(params, segments, int(counts_d.sum()),
+                                      f"{desc} (segments)")
+    query_qh, built_q = self._embed(params, queries, len(qids),
+                                    f"{desc} (queries)")
+    width = self.source.width or int(counts_d.max(initial=1))
+    if max_segments is not None:
+      width = min(width, max_segments)
+    width = max(width, 1)
+    rows = padded_count(len(pairs))
+    query_p = np.zeros(rows, np.int32)
+    segment_ps = np.full((rows, width), -1, np.int32)
+    position_d = {d: i for i, d in enumerate(docids)}
+    position_q = {q: i for i, q in enumerate(qids)}
+    for p, (qid, docid) in enumerate(pairs):
+      d = position_d[docid]
+      query_p[p] = position_q[qid]
+      n = min(int(counts_d[d]), width)
+      segment_ps[p, :n] = offsets_d[d] + np.arange(n)
+    index = jax.device_put((query_p, segment_ps), self._replicated)
+    scores_ps = self._pair_scores(params, segment_nh, query_qh, *index)
+    self.built = (built_s[0] + built_q[0], built_s[1] + built_q[1])
+    return PairScores(pairs, scores_ps)
+
+
+@functools.lru_cache(maxsize=None)
+def _zeros(rows: int, hidden: int, sharding: jax.NamedSharding):
+  return jax.jit(lambda: jnp.zeros((rows, hidden), jnp.float32),
+                 out_shardings=sharding)
