@@ -53,7 +53,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # A random BertConfig.tiny() ranker with the MiniLM tokenizer's vocabulary,
   # so that real text can be tokenized.
   config.ranker = ml_collections.ConfigDict(dict(
-      kind="cross", tiny=True, checkpoint="minilm-l6", overrides=dict(
+      kind="cross", similarity="cosine", scale=20.0,
+      tiny=True, checkpoint="minilm-l6", overrides=dict(
           vocab_size=30522, max_position_embeddings=64,
           hidden_dropout=0.1, attention_dropout=0.1)))
   config.data = ml_collections.ConfigDict(dict(
@@ -63,6 +64,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       max_len=48, max_query_len=8, max_title_len=4, min_len=8, k_train=4,
       max_segments=8, train_lengths="uniform"))
   config.train.negatives_depth = 20
+  # Bi-encoders (ranker.kind="bi") may also use the batch's other segments.
+  config.train.in_batch_negatives = False
   config.train.eval_every = 5
   config.train.patience = 2
   config.regimes = ("firstp", "maxp", "maxp_all", "goldp", "best")
@@ -74,6 +77,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       depth=10, aggregation="max", rows_per_call=64))
   config.birch = ml_collections.ConfigDict(dict(
       enabled=True, model="MaxP", k=3, folds=2, max_sentences=16))
+  # Every model fused with BM25 (α on dev); the zero-shot peer needs the
+  # real MiniLM weights, so tests leave it off.
+  config.interpolate = ml_collections.ConfigDict(dict(enabled=True))
+  config.peer = ml_collections.ConfigDict(dict(enabled=False, words=90))
   # The QDS-Transformer regime (add "qds" to `regimes`): whole documents in
   # one sparse-attention row (configs/qds_squad_longdoc.py has the real one).
   config.qds = ml_collections.ConfigDict(dict(

@@ -7,6 +7,8 @@ is the masked argmax, and no parameter crosses from host to device."""
 import jax
 import numpy as np
 import pytest
+from flax import nnx
+
 
 from best_jax.data.pipeline import Feature
 from best_jax.models import BertConfig, CrossEncoderRanker
@@ -113,3 +115,71 @@ def test_padding_fraction_counts_the_bucketed_layout(trainer):
   assert one_bucket.padding(pairs) == pytest.approx(
       1 - tokens / (160 * LENGTH))
   assert bucketed.padding(pairs) < one_bucket.padding(pairs)
+
+
+class RandomTexts:
+  """A bi-encoder row source over RandomSegments' rows: queries are the
+  first 6 tokens of one of them."""
+
+  def __init__(self, segments: RandomSegments):
+    self.segments, self.width = segments, None
+    self.embedded = []
+
+  def prepare(self, docids):
+    pass
+
+  def num_segments(self, docid):
+    return self.segments.counts[docid]
+
+  def segment_length(self, docid, segment):
+    return self.segments.row_length("", docid, segment)
+
+  def segment_row(self, docid, segment, length):
+    self.embedded.append((docid, segment))
+    return self.segments.row("", docid, segment, length)
+
+  def query_length(self, qid):
+    return 6
+
+  def query_row(self, qid, length):
+    self.embedded.append(qid)
+    row = dict(self.segments.rows[(f"d{int(qid[1:])}", 0)])
+    row["attention_mask"] = np.arange(LENGTH) < 6
+    return {k: v[:length] for k, v in row.items()}
+
+  def features(self, length):
+    return self.segments.features(length)
+
+
+def test_bi_encoder_scores_embed_each_text_once(trainer):
+  from best_jax.models.bi_encoder import BiEncoderRanker
+  from best_jax.select.embedding import EmbeddingScorer
+  model_config = BertConfig.tiny(max_position_embeddings=LENGTH)
+  bi = build_trainer(lambda rngs: BiEncoderRanker(model_config, rngs=rngs),
+                     tiny_config(), mesh=trainer.mesh)
+  source = RandomTexts(RandomSegments([3, 1, 4, 2], seed=5))
+  scorer = EmbeddingScorer(bi, source, rows_per_call=8,
+                           buckets=default_buckets(LENGTH, count=2))
+  params = bi.init(0).params
+  pairs = [(f"q{q}", f"d{d}") for q in range(3) for d in range(4)]
+  with jax.transfer_guard_host_to_device("disallow"):
+    scored = scorer.score(params, pairs)
+  scores = scored.host()
+  # Each segment and each query embedded once, whatever the pairs.
+  assert sorted(map(str, source.embedded)) == sorted(
+      map(str, list(source.segments.rows) + ["q0", "q1", "q2"]))
+  model = nnx.merge(bi.graphdef, jax.device_get(params))
+  for qid, docid in pairs:
+    query = source.query_row(qid, LENGTH)
+    rows = [source.segments.rows[(docid, s)]
+            for s in range(source.segments.counts[docid])]
+    q_emb = model.embed(*(query[k][None] for k in ("input_ids",
+                                                   "attention_mask",
+                                                   "token_type_ids")))
+    s_emb = model.embed(*(np.stack([r[k] for r in rows])[None]
+                          for k in ("input_ids", "attention_mask",
+                                    "token_type_ids")))
+    want = np.asarray(model.score(q_emb, s_emb))[0]
+    np.testing.assert_allclose(scores[(qid, docid)], want, rtol=1e-5,
+                               atol=1e-5)
+  assert scored.select() == {p: int(np.argmax(s)) for p, s in scores.items()}

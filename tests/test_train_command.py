@@ -61,7 +61,7 @@ def _runs(workdir):
 def test_train_end_to_end_resume_and_pretrained_restarts(tmp_path,
                                                          monkeypatch):
   starts, pretrained = {}, {}
-  fit, build = loop.fit, models_lib.cross_ranker
+  fit, build = loop.fit, models_lib.build_ranker
 
   def spy_fit(name, state, *args, **kwargs):
     starts[name] = jax.device_get(loop.model_params(state))
@@ -73,7 +73,7 @@ def test_train_end_to_end_resume_and_pretrained_restarts(tmp_path,
     return ranker
 
   monkeypatch.setattr(loop, "fit", spy_fit)
-  monkeypatch.setattr(run_lib, "cross_ranker", spy_ranker)
+  monkeypatch.setattr(run_lib, "build_ranker", spy_ranker)
   workdir = str(tmp_path / "w")
   argv = ["train", "--config", "configs/tiny_cpu.py", "--workdir", workdir]
   assert cli.main(argv + ARGS) == 0
@@ -254,3 +254,26 @@ def test_goldp_trains_on_the_gold_segment_of_the_training_segmentation(
     p_at_1 = json.load(f)["segment_p_at_1"]
   # With one scored segment, the ceiling is the first segment's P@1.
   assert p_at_1[evaluation.CEILING] == p_at_1["First segment"] < 1
+
+
+def test_bi_encoder_family_trains_through_the_same_regimes(tmp_path):
+  """`ranker.kind=bi`: FirstP/MaxP and BeST (joint step, then a frozen
+  selection and a fresh iteration) train a bi-encoder with in-batch
+  negatives; its zero-shot row and every model's BM25 fusion are in the
+  table."""
+  workdir = str(tmp_path / "w")
+  assert cli.main(["train", "--config", "configs/tiny_cpu.py", "--workdir",
+                   workdir, "--config.ranker.kind=bi",
+                   "--config.train.in_batch_negatives=True",
+                   "--config.train.loss=softmax_cross_entropy",
+                   "--config.regimes=['firstp','maxp','best']",
+                   "--config.birch.enabled=False"] + ARGS) == 0
+  with open(os.path.join(workdir, "metrics.json")) as f:
+    metrics = json.load(f)
+  assert {"Zero-shot bi-encoder", "FirstP", "MaxP", "BeST-1", "BeST-2",
+          "MaxP + BM25", "BeST-2 + BM25"} <= set(metrics["means"])
+  assert metrics["dev_mrr"]["Zero-shot bi-encoder"] > 0
+  with open(os.path.join(workdir, "fusion.json")) as f:
+    fusion = {r["model"]: r for r in json.load(f)}
+  assert 0.0 <= fusion["MaxP"]["alpha"] <= 1.0
+  assert len(metrics["selected_positions"]["BeST-2 (θ1 argmax)"]) > 0

@@ -249,3 +249,41 @@ def test_train_step_rejects_indivisible_accumulation():
   with pytest.raises(ValueError, match="accumulation_steps"):
     steps.micro_batches({k: jnp.zeros((6, 2)) for k in steps.TRAIN_KEYS},
                         4, None)
+
+
+def test_in_batch_negatives_of_a_bi_encoder():
+  """Every query against every segment of the batch: its own group keeps
+  its labels, other queries' documents are negatives, a repeated query's
+  documents and padding are left out; equal to a hand-built softmax CE."""
+  from best_jax.models.bi_encoder import BiEncoderRanker  # pylint: disable=g-import-not-at-top
+  model = BiEncoderRanker(BertConfig.tiny(hidden_dropout=0.0,
+                                          attention_dropout=0.0),
+                          rngs=nnx.Rngs(0))
+  batch = synthetic_batch(4, batch_size=4, group_size=2, length=12,
+                          vocab_size=128)
+  rng = np.random.default_rng(0)
+  query_ids = rng.integers(5, 128, (4, 6)).astype(np.int32)
+  query_ids[3] = query_ids[2]              # the same query twice
+  batch.update(query_ids=query_ids, query_mask=np.ones((4, 6), bool))
+  batch["mask"][1, 1] = False              # a padded negative
+  batch["example_mask"][0] = False         # a padded example
+  loss_sum, count = steps.group_loss_sum(
+      model, batch, losses.softmax_cross_entropy, None,
+      in_batch_negatives=True)
+  q = np.asarray(model.embed(query_ids, batch["query_mask"]))
+  s = np.asarray(model.embed(batch["input_ids"], batch["attention_mask"],
+                             batch["token_type_ids"])).reshape(8, -1)
+  scores = 20.0 * q @ s.T                  # [4 queries, 8 segments]
+  real = batch["mask"].reshape(-1) & np.repeat(batch["example_mask"], 2)
+  want, groups = 0.0, 0
+  for b in range(1, 4):                    # example 0 is padding
+    keep = real.copy()
+    other = 5 - b if b in (2, 3) else None  # the repeated query's group
+    if other is not None:
+      keep[2 * other:2 * other + 2] = False
+    logits = scores[b][keep]
+    positive = list(np.nonzero(keep)[0]).index(2 * b)
+    want += -(logits[positive] - np.log(np.exp(logits).sum()))
+    groups += 1
+  assert int(count) == groups
+  np.testing.assert_allclose(float(loss_sum), want, rtol=2e-5)

@@ -58,23 +58,30 @@ def _p(value: float) -> str:
   return "—" if value is None or math.isnan(value) else f"{value:.3f}"
 
 
-def table1(metrics: Mapping[str, Any]) -> str:
-  """Markdown Table 1 with significance markers and p-values (MRR@10)."""
-  means, sig = metrics["means"], metrics["significance"]
-  # With a selected BeST iteration (the best on dev), a third column tests
-  # every other run against it (e.g. QDS vs BeST).
+def baselines(metrics: Mapping[str, Any]) -> list[str]:
+  """The runs every other run is tested against: `metrics["baselines"]`, or
+  FirstP, BM25 and the BeST iteration chosen on dev."""
+  if "baselines" in metrics:
+    return list(metrics["baselines"])
   best = metrics.get("selected_best")
-  extra = f" p vs {best} (MRR@10) |" if best else ""
+  return ["FirstP", "BM25"] + ([best] if best else [])
+
+
+def table1(metrics: Mapping[str, Any]) -> str:
+  """Markdown Table 1 with significance markers, and the MRR@10 p-value of
+  a paired t-test against each baseline (e.g. QDS vs the BeST iteration
+  chosen on dev, or a model vs BM25 + the zero-shot peer)."""
+  means, sig = metrics["means"], metrics["significance"]
+  bases = [b for b in baselines(metrics) if b in means]
   # Pooled cross-validation gives each row's query count (some systems,
   # e.g. a BeST iteration only some folds reached, cover fewer queries).
   counts = metrics.get("queries")
-  extra += " queries |" if counts else ""
+  header = ["run", "NDCG@10", "MRR@10", "MAP"] + [
+      f"p vs {b} (MRR@10)" for b in bases] + (["queries"] if counts else [])
   lines = [f"Table 1 — test queries: {metrics['test_queries']}, reranking the "
            f"first-stage top {metrics['rerank_depth']}",
-           "| run | NDCG@10 | MRR@10 | MAP | p vs FirstP (MRR@10) | "
-           "p vs BM25 (MRR@10) |" + extra,
-           "| --- | --- | --- | --- | --- | --- |" + (" --- |" if best else "")
-           + (" --- |" if counts else "")]
+           "| " + " | ".join(header) + " |",
+           "|" + " --- |" * len(header)]
   for name, values in means.items():
     cells = []
     for metric, _ in TABLE1:
@@ -84,15 +91,9 @@ def table1(metrics: Mapping[str, Any]) -> str:
         if test and test["t_test_p"] < ALPHA:
           mark += symbol
       cells.append(f"{values[metric]:.4f}{mark}")
-    tests = sig.get(name, {})
-    p_first = (tests.get("FirstP") or tests.get("firstp") or {}).get(
-        "recip_rank_cut_10", {})
-    p_bm25 = (tests.get("BM25") or tests.get("bm25") or {}).get(
-        "recip_rank_cut_10", {})
-    cells += [_p(p_first.get("t_test_p")), _p(p_bm25.get("t_test_p"))]
-    if best:
-      cells.append(_p(tests.get(best, {}).get("recip_rank_cut_10", {}).get(
-          "t_test_p")))
+    for base in bases:
+      cells.append(_p(sig.get(name, {}).get(base, {}).get(
+          "recip_rank_cut_10", {}).get("t_test_p")))
     if counts:
       cells.append(str(counts.get(name, "")))
     lines.append(f"| {name} | " + " | ".join(cells) + " |")

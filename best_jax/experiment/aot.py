@@ -10,7 +10,8 @@ chips) and compiled by libtpu:
   train_step   the plain step, `[batch, group, max_len]` (FirstP, MaxP-all,
                GoldP, BeST iterations ≥ 2)
   joint_step   BeST's iteration-1 step, `[batch, group, k_train, max_len]`
-  score_step   segment scoring, `[eval.rows_per_call, max_len]` rows
+  score_step   segment scoring, `[eval.rows_per_call, max_len]` rows (a
+               bi-encoder's `embed_step`: each segment embedded once)
   qds_train_step, qds_score_step   the QDS-Transformer's (regime `qds`)
 
 Nothing is allocated and no TPU is needed, only libtpu (`pip install -r
@@ -42,12 +43,16 @@ from best_jax.config import add_config_arguments, load_config
 from best_jax.data.files import atomic_write
 from best_jax.data.pipeline import EXAMPLE_MASK, Feature
 from best_jax.errors import InputError
-from best_jax.experiment.examples import cross_features
+from best_jax.experiment.examples import model_features
 from best_jax.experiment.models import trainer_config
 from best_jax.experiment.qds import qds_configs
+from best_jax.experiment.rows import row_features
 from best_jax.models import BertConfig, CrossEncoderRanker
 from best_jax.models import pretrained
+from best_jax.models.bi_encoder import BiEncoderRanker
 from best_jax.models.qds import QdsRanker
+from best_jax.segments.config import SegmenterConfig
+from best_jax.select.embedding import build_embed_into
 from best_jax.select.selection import build_score_into
 from best_jax.train import best as best_lib
 from best_jax.train import chips as chips_lib
@@ -184,39 +189,46 @@ def _abstract(features: dict[str, Feature], rows: int,
   return specs
 
 
-def _row_features(length: int) -> dict[str, Feature]:
-  return {"input_ids": Feature((length,), jnp.int32),
-          "attention_mask": Feature((length,), bool),
-          "token_type_ids": Feature((length,), jnp.int32),
-          "pair": Feature((), jnp.int32), "segment": Feature((), jnp.int32)}
-
-
 def _steps(config: ml_collections.ConfigDict, trainer: Trainer, *,
-           prefix: str, length: int, segments: int, joint: bool):
-  """(name, jitted, abstract args, token shape) of one model's steps."""
+           prefix: str, features, row_length: int, segments: int,
+           joint: bool, bi: bool = False):
+  """(name, jitted, abstract args, token shape) of one model's steps;
+  `features(num_segments or None)` gives a training example's shapes."""
   t = config.train
   replicated = jax.NamedSharding(trainer.mesh, jax.P())
   sharding = trainer.batch_sharding
+
+  def tokens(spec):
+    return (t.batch_size,) + spec["input_ids"].shape
+  example = features(None)
   out = [(f"{prefix}train_step", trainer.train_step,
           (trainer.abstract_state,
-           _abstract(cross_features(t.group_size, length), t.batch_size,
-                     sharding)), (t.batch_size, t.group_size, length))]
+           _abstract(example, t.batch_size, sharding)), tokens(example))]
   if joint:
     step = best_lib.build_joint_step(
         trainer, t.loss, config.best.pairing,
         config.best.select_with_dropout, t.get("accumulation_steps", 1))
-    features = cross_features(t.group_size, length, segments)
+    example = features(segments)
     out.append(("joint_step", step,
                 ((trainer.abstract_state, trainer.abstract_state),
-                 _abstract(features, t.batch_size, sharding)),
-                (t.batch_size, t.group_size, segments, length)))
+                 _abstract(example, t.batch_size, sharding)),
+                tokens(example)))
   rows = config.eval.rows_per_call
-  buffer = jax.ShapeDtypeStruct((SCORED_PAIRS, segments), jnp.float32,
-                                sharding=replicated)
-  out.append((f"{prefix}score_step", build_score_into(trainer),
-              (trainer.abstract_params(), buffer,
-               _abstract(_row_features(length), rows, sharding)),
-              (rows, length)))
+  rows_spec = dict(row_features(row_length), segment=Feature((), jnp.int32),
+                   **{"index" if bi else "pair": Feature((), jnp.int32)})
+  if bi:  # Each segment (and query) is embedded once, then compared.
+    name, jitted = "embed_step", build_embed_into(trainer)
+    hidden = trainer.abstract_params()["encoder"]["embeddings"]["word"][
+        "embedding"].shape[-1]
+    buffer = jax.ShapeDtypeStruct((SCORED_PAIRS * segments, hidden),
+                                  jnp.float32, sharding=replicated)
+  else:
+    name, jitted = f"{prefix}score_step", build_score_into(trainer)
+    buffer = jax.ShapeDtypeStruct((SCORED_PAIRS, segments), jnp.float32,
+                                  sharding=replicated)
+  out.append((name, jitted, (trainer.abstract_params(), buffer,
+                             _abstract(rows_spec, rows, sharding)),
+              (rows, row_length)))
   return out
 
 
@@ -232,12 +244,20 @@ def compile_steps(topology_name: str, config: ml_collections.ConfigDict,
   settings = trainer_config(config)
   steps = []
   if regimes - {"qds"}:
-    trainer = build_trainer(
-        lambda rngs: CrossEncoderRanker(model, rngs=rngs), settings, mesh)
+    kind = config.ranker.kind
+    if kind == "bi":
+      make = lambda rngs: BiEncoderRanker(model, rngs=rngs)
+    else:
+      make = lambda rngs: CrossEncoderRanker(model, rngs=rngs)
+    trainer = build_trainer(make, settings, mesh)
     s = config.segments
-    steps += _steps(config, trainer, prefix="", length=s.max_len,
-                    segments=s.max_segments or s.k_train,
-                    joint="best" in regimes)
+    segmenter = SegmenterConfig(**s.to_dict())
+    steps += _steps(
+        config, trainer, prefix="",
+        features=lambda n: model_features(kind, config.train.group_size,
+                                          segmenter, n),
+        row_length=s.max_len, segments=max(s.max_segments or 0, s.k_train),
+        joint="best" in regimes, bi=kind == "bi")
   if "qds" in regimes:
     _, qds = qds_configs(config, sentence_start_id=0)  # ids: any
     qds_model = dataclasses.replace(model,
@@ -246,8 +266,15 @@ def compile_steps(topology_name: str, config: ml_collections.ConfigDict,
     settings.train.loss = config.qds.loss
     trainer = build_trainer(lambda rngs: QdsRanker(qds_model, qds, rngs=rngs),
                             settings, mesh)
-    steps += _steps(config, trainer, prefix="qds_", length=config.qds.max_len,
-                    segments=1, joint=False)
+    qds_len = config.qds.max_len
+    steps += _steps(
+        config, trainer, prefix="qds_",
+        features=lambda n: dict(
+            {k: Feature((config.train.group_size,) + f.shape, f.dtype)
+             for k, f in row_features(qds_len).items()},
+            labels=Feature((config.train.group_size,), jnp.float32),
+            mask=Feature((config.train.group_size,), bool)),
+        row_length=qds_len, segments=1, joint=False)
   reports = []
   for name, jitted, args, shape in steps:
     with jax.set_mesh(mesh):

@@ -18,12 +18,10 @@ from best_jax.data import trec
 from best_jax.experiment.evaluation import full_run
 from best_jax.experiment.inputs import Inputs, SegmentCache
 from best_jax.experiment.models import Ranker
-from best_jax.experiment.rows import CrossRows
 from best_jax.experiment.workdir import Workdir
 from best_jax.rerank import birch
 from best_jax.segments.config import SegmenterConfig
 from best_jax.segments.segmenter import Segmenter
-from best_jax.select.selection import SegmentScorer
 
 FEATURES = "birch_features.json"
 
@@ -38,12 +36,9 @@ def _sentence_features(config: ml_collections.ConfigDict, inputs: Inputs,
                   max_segments=cfg.max_sentences)
   sentencer = Segmenter(SegmenterConfig(**settings),
                         tokenizer=inputs.segmenter.tokenizer)
-  rows = CrossRows(SegmentCache(sentencer, inputs.documents, training=False,
-                                name="segment (sentences)"),
-                   inputs.queries, sentencer)
-  scorer = SegmentScorer(ranker.trainer, rows,
-                         rows_per_call=ranker.scorer.rows_per_call,
-                         buckets=ranker.scorer.buckets)
+  scorer = ranker.scorer_for(SegmentCache(
+      sentencer, inputs.documents, training=False,
+      name="segment (sentences)"))
   candidates = inputs.candidates["test"]
   pairs = [(q, d) for q, ds in candidates.items() for d in ds]
   sentence_scores: dict[str, dict[str, list[float]]] = {}

@@ -51,6 +51,16 @@ def full_run(top: trec.Run, first_stage: trec.Run) -> trec.Run:
   return out
 
 
+def dev_run(inputs: Inputs, scorer: SegmentScorer, params,
+            aggregation: str) -> trec.Run:
+  """A model's reranked dev candidates (for choosing an interpolation)."""
+  candidates = inputs.candidates["dev"]
+  pairs = [(q, d) for q, ds in candidates.items() for d in ds]
+  scores = scorer.score(params, pairs, desc="dev",
+                        max_segments=1 if aggregation == "first" else None)
+  return reranked(scores.host(), candidates, aggregation)
+
+
 def dev_evaluator(inputs: Inputs, scorer: SegmentScorer,
                   aggregations: Sequence[str]) -> Evaluate:
   """`device params -> {aggregation: dev MRR@10}` over the dev candidates

@@ -10,6 +10,11 @@ inputs according to the regime (SPEC §1-2, `train.regimes`):
 - every training segment, `[G, S, L]` with a segment mask `[G, S]`
   (`AllSegmentExamples`): BeST's joint iteration-1 step.
 
+Both scorer families read the same segments: a cross-encoder example holds
+`[CLS] query [SEP] segment [SEP]` rows, a bi-encoder's (`family="bi"`) holds
+the query `[CLS] query [SEP]` apart from the `[CLS] segment [SEP]` rows
+(`query_ids`, `query_mask`), as `train.steps` expects.
+
 Segments come from one segmentation with random lengths over the inference
 span (`inputs.train_segments`), so every regime, the selection and inference
 see the same part of the document, and no regime can learn the segment
@@ -27,6 +32,7 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 
 from best_jax.data.pipeline import Feature
+from best_jax.models.bi_encoder import text_inputs
 from best_jax.segments.packing import pack_inputs
 from best_jax.experiment import regimes
 from best_jax.experiment.inputs import Inputs, SegmentCache
@@ -56,25 +62,40 @@ def _labels(num_docs: int) -> np.ndarray:
   return labels_g
 
 
-def _pack(inputs: Inputs, qid: str, tokens: np.ndarray, mask: np.ndarray
-          ) -> Example:
-  """`[CLS] query [SEP] content [SEP]` rows for contents `[..., Lc]`."""
+FAMILIES = ("cross", "bi")
+
+
+def _pack(inputs: Inputs, family: str, qid: str, tokens: np.ndarray,
+          mask: np.ndarray) -> Example:
+  """Model rows of one query and contents `[..., Lc]` (see the docstring)."""
+  config, special = inputs.segmenter.config, inputs.segmenter.special
   ids_q, qmask_q = inputs.queries.rows([qid])
+  if family == "bi":
+    query = text_inputs(ids_q[0], qmask_q[0],
+                        max_len=config.max_query_len + 2, special=special)
+    return dict(text_inputs(tokens, mask, max_len=config.content_len + 2,
+                            special=special),
+                query_ids=query["input_ids"],
+                query_mask=query["attention_mask"])
   shape = (1,) * (tokens.ndim - 1) + ids_q.shape[-1:]
   return pack_inputs(ids_q.reshape(shape), qmask_q.reshape(shape), tokens,
-                     mask, config=inputs.segmenter.config,
-                     special=inputs.segmenter.special)
+                     mask, config=config, special=special)
 
 
-def cross_features(num_docs: int, length: int,
+def model_features(family: str, num_docs: int, config,
                    num_segments: int | None = None) -> dict[str, Feature]:
-  """Fixed shapes of a cross-encoder training example."""
+  """Fixed shapes of a training example of `family` (`config`: the
+  segmenter's), `[G, (S,) L]`."""
   lead = (num_docs,) if num_segments is None else (num_docs, num_segments)
+  length = config.content_len + 2 if family == "bi" else config.max_len
   features = {"input_ids": Feature(lead + (length,), np.int32),
               "attention_mask": Feature(lead + (length,), bool),
               "token_type_ids": Feature(lead + (length,), np.int32),
               "labels": Feature((num_docs,), np.float32),
               "mask": Feature(lead, bool)}
+  if family == "bi":
+    features["query_ids"] = Feature((config.max_query_len + 2,), np.int32)
+    features["query_mask"] = Feature((config.max_query_len + 2,), bool)
   return features
 
 
@@ -86,9 +107,11 @@ class SegmentExamples:
   seed: int
   selected: Mapping[tuple[str, str], int] | None = None
   negatives: str = "first"
+  family: str = "cross"
 
   def features(self, group_size: int) -> dict[str, Feature]:
-    return cross_features(group_size, self.inputs.segmenter.config.max_len)
+    return model_features(self.family, group_size,
+                          self.inputs.segmenter.config)
 
   def __call__(self, index: int, group: Group) -> Example:
     store: SegmentCache = self.inputs.train_segments
@@ -109,7 +132,7 @@ class SegmentExamples:
       else:
         doc = store[docid]
       tokens[g], mask[g] = doc.tokens_sl[segment], doc.mask_sl[segment]
-    return dict(_pack(self.inputs, group.qid, tokens, mask),
+    return dict(_pack(self.inputs, self.family, group.qid, tokens, mask),
                 labels=_labels(len(group.docids)),
                 mask=np.ones(len(group.docids), bool))
 
@@ -118,14 +141,15 @@ class SegmentExamples:
 class AllSegmentExamples:
   """Every training segment of every document: BeST's joint-step example."""
   inputs: Inputs
+  family: str = "cross"
 
   @property
   def width(self) -> int:
     return self.inputs.segmenter.config.k_train
 
   def features(self, group_size: int) -> dict[str, Feature]:
-    return cross_features(group_size, self.inputs.segmenter.config.max_len,
-                          self.width)
+    return model_features(self.family, group_size,
+                          self.inputs.segmenter.config, self.width)
 
   def __call__(self, index: int, group: Group) -> Example:
     del index
@@ -138,7 +162,7 @@ class AllSegmentExamples:
       doc = self.inputs.train_segments[docid]
       tokens[g, :doc.count], mask[g, :doc.count] = doc.tokens_sl, doc.mask_sl
       valid[g, :doc.count] = True
-    return dict(_pack(self.inputs, group.qid, tokens, mask),
+    return dict(_pack(self.inputs, self.family, group.qid, tokens, mask),
                 labels=_labels(len(group.docids)), mask=valid)
 
 

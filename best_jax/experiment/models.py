@@ -1,23 +1,30 @@
 """The rankers an experiment trains, each with its trainer, its pretrained
 parameters (on the devices, the start of every stage) and its scorers.
 
-The cross-encoder serves every BeST regime (FirstP, MaxP, MaxP-all, GoldP,
-BeST iterations); the QDS-Transformer has its own (`experiment.qds`).
+`config.ranker.kind` picks the scorer family that every BeST regime
+(FirstP, MaxP, MaxP-all, GoldP, BeST iterations) trains: `cross`, a
+cross-encoder (MiniLM and a random linear head on [CLS]), or `bi`, a
+bi-encoder (the same encoder, sentence-transformers mean pooling, scaled
+cosine or dot; no random part). The QDS-Transformer has its own ranker
+(`experiment.qds`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 import jax
 import ml_collections
 from flax import nnx
 
-from best_jax.experiment.inputs import Inputs
-from best_jax.experiment.rows import CrossRows
+from best_jax.experiment.inputs import Inputs, SegmentCache
+from best_jax.experiment.rows import BiRows, CrossRows
 from best_jax.models import BertConfig, CrossEncoderRanker, load_ranker
 from best_jax.models import pretrained as pretrained_lib
+from best_jax.models.bi_encoder import BiEncoderRanker, load_bi_encoder
+from best_jax.select.embedding import EmbeddingScorer
 from best_jax.select.selection import SegmentScorer, default_buckets
 from best_jax.train.state import TrainState, split_params
 from best_jax.train.trainer import Trainer, build_trainer
@@ -28,8 +35,11 @@ class Ranker:
   """One model family of the experiment."""
   trainer: Trainer
   pretrained: Any  # Parameters on the devices, sharded; never donated.
-  scorer: SegmentScorer  # Inference rows (dev and test).
-  train_scorer: SegmentScorer | None = None  # Training segments (selection).
+  scorer: SegmentScorer | EmbeddingScorer  # Inference rows (dev, test).
+  # Training segments (BeST's selection).
+  train_scorer: SegmentScorer | EmbeddingScorer | None = None
+  # A scorer of the same family over other segments (Birch's sentences).
+  scorer_for: Callable[[SegmentCache], Any] | None = None
 
   def fresh_state(self, seed: int) -> TrainState:
     """A TrainState starting from the pretrained weights (BeST restarts
@@ -56,32 +66,49 @@ def rows_per_call(wanted: int, trainer: Trainer) -> int:
   return max(wanted - wanted % multiple, multiple)
 
 
-def cross_ranker(config: ml_collections.ConfigDict, inputs: Inputs,
-                 mesh: jax.sharding.Mesh) -> Ranker:
-  """The cross-encoder of `config.ranker`: MiniLM (or a checkpoint) with a
-  random head, or a random tiny BERT (`ranker.tiny`, tests)."""
-  overrides = dict(config.ranker.get("overrides", {}) or {})
+def _model(config: ml_collections.ConfigDict) -> nnx.Module:
+  """`config.ranker`'s model: the checkpoint's encoder (MiniLM by default)
+  or a random tiny BERT (`ranker.tiny`, tests)."""
+  r = config.ranker
+  overrides = dict(r.get("overrides", {}) or {})
   rngs = nnx.Rngs(config.seed)
-  if config.ranker.get("tiny"):
-    model = CrossEncoderRanker(BertConfig.tiny(**overrides), rngs=rngs)
-  else:
-    checkpoint = config.ranker.get("checkpoint") or pretrained_lib.MINILM
-    model = load_ranker(pretrained_lib.checkpoint_dir(checkpoint), rngs=rngs,
-                        **overrides)
+  bi = dict(similarity=r.get("similarity", "cosine"),
+            scale=r.get("scale", 20.0))
+  if r.get("tiny"):
+    bert = BertConfig.tiny(**overrides)
+    return (BiEncoderRanker(bert, rngs=rngs, **bi) if r.kind == "bi"
+            else CrossEncoderRanker(bert, rngs=rngs))
+  checkpoint = pretrained_lib.checkpoint_dir(r.get("checkpoint")
+                                             or pretrained_lib.MINILM)
+  if r.kind == "bi":
+    return load_bi_encoder(checkpoint, **bi, **overrides)
+  return load_ranker(checkpoint, rngs=rngs, **overrides)
+
+
+def build_ranker(config: ml_collections.ConfigDict, inputs: Inputs,
+                 mesh: jax.sharding.Mesh) -> Ranker:
+  """The ranker of `config.ranker.kind` with its trainer and scorers."""
+  model = _model(config)
   model_config = model.config
   _, params = split_params(model)
-  trainer = build_trainer(
-      lambda rngs: CrossEncoderRanker(model_config, rngs=rngs),
-      trainer_config(config), mesh=mesh)
-  rows = rows_per_call(config.eval.rows_per_call, trainer)
+  if config.ranker.kind == "bi":
+    similarity, scale = model.similarity, model.scale
+    make = lambda rngs: BiEncoderRanker(model_config, similarity=similarity,
+                                        scale=scale, rngs=rngs)
+    rows, scorer_class = BiRows, EmbeddingScorer
+  else:
+    make = lambda rngs: CrossEncoderRanker(model_config, rngs=rngs)
+    rows, scorer_class = CrossRows, SegmentScorer
+  # Rows of either family fit `max_len` (bi-encoder rows are shorter).
   buckets = default_buckets(config.segments.max_len)
-  return Ranker(
-      trainer=trainer, pretrained=trainer.put_params(params),
-      scorer=SegmentScorer(trainer, CrossRows(inputs.eval_segments,
-                                              inputs.queries,
-                                              inputs.segmenter),
-                           rows_per_call=rows, buckets=buckets),
-      train_scorer=SegmentScorer(trainer, CrossRows(inputs.train_segments,
-                                                    inputs.queries,
-                                                    inputs.segmenter),
-                                 rows_per_call=rows, buckets=buckets))
+  trainer = build_trainer(make, trainer_config(config), mesh=mesh)
+  per_call = rows_per_call(config.eval.rows_per_call, trainer)
+
+  def scorer(segments):
+    return scorer_class(trainer, rows(segments, inputs.queries,
+                                      inputs.segmenter),
+                        rows_per_call=per_call, buckets=buckets)
+  return Ranker(trainer=trainer, pretrained=trainer.put_params(params),
+                scorer=scorer(inputs.eval_segments),
+                train_scorer=scorer(inputs.train_segments),
+                scorer_for=scorer)

@@ -39,7 +39,8 @@ def segment_plan(name: str, regime: str, config: ml_collections.ConfigDict,
   """A model trained on one segment per document (`regime`: firstp,
   maxp_all, goldp or best with `selected`)."""
   build = SegmentExamples(inputs, regime, seed=config.seed, selected=selected,
-                          negatives=config.goldp.negatives)
+                          negatives=config.goldp.negatives,
+                          family=config.ranker.kind)
   seed = stage_seed(config, name)
   return Plan(
       name=name, regime=regime, state=lambda: ranker.fresh_state(seed),
@@ -58,7 +59,7 @@ def joint_plan(config: ml_collections.ConfigDict, inputs: Inputs,
   step = best_lib.build_joint_step(
       ranker.trainer, t.loss, config.best.pairing,
       config.best.select_with_dropout, t.get("accumulation_steps", 1))
-  build = AllSegmentExamples(inputs)
+  build = AllSegmentExamples(inputs, family=config.ranker.kind)
   seed = stage_seed(config, "best1")
   return Plan(
       name="best1", regime="best",

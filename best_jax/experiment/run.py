@@ -5,6 +5,7 @@ BeST iterations, QDS; each a stage trained once through `train.loop.fit`,
 early-stopped and model-selected on dev MRR@10) → test runs (model scores),
 Birch → metrics and report. In `workdir` (local or `gs://`):
 
+  config.json           the config of the last run
   runs/*.run            TREC runs of the test queries, with model scores
   metrics.json          means, per-query values, paired tests, P@1
   results.md            Table 1 and Table 2 (also printed)
@@ -32,15 +33,18 @@ from best_jax.evaluate import report
 from best_jax.evaluate import trec_eval
 from best_jax.experiment import checks
 from best_jax.experiment import evaluation
+from best_jax.experiment import fusion
 from best_jax.experiment import plans
 from best_jax.experiment import regimes
 from best_jax.experiment.birch import birch_run
 from best_jax.experiment.inputs import build_inputs
-from best_jax.experiment.models import cross_ranker
+from best_jax.experiment.models import build_ranker
 from best_jax.experiment.qds import qds_ranker
 from best_jax.experiment.stages import Stage, Stages
 from best_jax.experiment.workdir import Workdir
 from best_jax.train import best as best_lib
+
+ZERO_SHOT = "Zero-shot bi-encoder"
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str
@@ -55,6 +59,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str
   stages = Stages(config, out)
   stages.check_stale()
   out.log(f"workdir {out.root}")
+  out.write_json(config.to_dict(), "config.json", indent=1)
 
   # ------------------------------------------------------ data and models
   inputs = build_inputs(config, out)
@@ -63,24 +68,28 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str
   if out.writes:
     regimes.write_schedule(inputs.schedule, out.path("negatives.jsonl"),
                            config.seed)
-  cross = cross_ranker(config, inputs, mesh)
-  like = cross.trainer.abstract_params()
+  family = build_ranker(config, inputs, mesh)
+  like = family.trainer.abstract_params()
   wanted = tuple(config.regimes)
   agg = config.eval.aggregation
   # name -> (params, aggregation, dev MRR@10, the ranker that scores it)
   models: dict[str, tuple[Any, str, float, Any]] = {}
   histories, positions = {}, {}
 
-  def evaluator(aggregations, ranker=cross):
+  def evaluator(aggregations, ranker=family):
     return evaluation.dev_evaluator(inputs, ranker.scorer, aggregations)
 
-  def keep(label: str, stage: Stage, key: str, ranker=cross) -> None:
+  def keep(label: str, stage: Stage, key: str, ranker=family) -> None:
     models[label] = (stage.params[key], key, stage.best_dev[key], ranker)
 
   # ------------------------------------------------------ training regimes
+  if config.ranker.kind == "bi":  # A bi-encoder is a ranker before training.
+    dev = evaluator((agg,))(family.pretrained)[agg]
+    out.log(f"zero-shot bi-encoder: dev MRR@10 {agg} {dev:.4f}")
+    models[ZERO_SHOT] = (family.pretrained, agg, dev, family)
   if "firstp" in wanted or "maxp" in wanted:
     stage = stages.train(plans.segment_plan(
-        "firstp", "firstp", config, inputs, cross,
+        "firstp", "firstp", config, inputs, family,
         evaluator(("first", agg))), like)
     histories["FirstP"] = stage.history
     if "firstp" in wanted:
@@ -89,7 +98,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str
       keep("MaxP", stage, agg)
   if "maxp_all" in wanted:
     stage = stages.train(plans.segment_plan(
-        "maxp_all", "maxp_all", config, inputs, cross, evaluator((agg,))),
+        "maxp_all", "maxp_all", config, inputs, family, evaluator((agg,))),
                          like)
     histories["MaxP-all"] = stage.history
     keep("MaxP-all", stage, agg)
@@ -98,16 +107,16 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str
       out.log("goldp: skipped, the data has no gold passages")
     else:
       stage = stages.train(plans.segment_plan(
-          "goldp", "goldp", config, inputs, cross, evaluator((agg,))), like)
+          "goldp", "goldp", config, inputs, family, evaluator((agg,))), like)
       histories["GoldP"] = stage.history
       keep("GoldP", stage, agg)
   if "best" in wanted:
-    stage = stages.train(plans.joint_plan(config, inputs, cross,
+    stage = stages.train(plans.joint_plan(config, inputs, family,
                                           evaluator((agg,))), like)
     histories["BeST-1"] = stage.history
     positions["BeST-1 (θ0 argmax)"] = stage.positions
     if config.best.get("evaluate_theta0", True):
-      models["BeST-0"] = (stage.params["theta0"], agg, float("nan"), cross)
+      models["BeST-0"] = (stage.params["theta0"], agg, float("nan"), family)
     keep("BeST-1", stage, agg)
     devs = [stage.best_dev[agg]]
     for n in range(2, config.best.max_iterations + 1):
@@ -115,11 +124,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str
       stage = stages.load(name, like)
       if stage is None:  # θ⁽ⁿ⁻¹⁾ selects, a fresh θ⁽ⁿ⁾ trains on its picks.
         chosen, built = plans.select_segments(
-            inputs, cross, models[f"BeST-{n - 1}"][0], name)
+            inputs, family, models[f"BeST-{n - 1}"][0], name)
         out.log_process(f"select ({name}): built {built[0]} of {built[1]} "
                         "rows")
         stage = stages.train(plans.segment_plan(
-            name, "best", config, inputs, cross, evaluator((agg,)),
+            name, "best", config, inputs, family, evaluator((agg,)),
             selected=chosen), like)
       histories[f"BeST-{n}"] = stage.history
       positions[f"BeST-{n} (θ{n - 1} argmax)"] = stage.positions
@@ -142,7 +151,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str
   runs = {"BM25": {q: test.run.get(q, {}) for q in test.topics}}
   segment_scores = {}
   for name, (params, key, _, ranker) in models.items():
-    whole = ranker is not cross
+    whole = ranker is not family
     scores = evaluation.test_scores(
         out, inputs, ranker.scorer, params, name, whole_documents=whole,
         max_segments=1 if key == "first" else None)
@@ -154,10 +163,21 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str
   birch = config.get("birch")
   if birch is not None and birch.enabled and models:
     source = birch.model if birch.model in models else next(iter(models))
-    runs["Birch"] = birch_run(config, out, inputs, cross,
+    runs["Birch"] = birch_run(config, out, inputs, family,
                               models[source][0], source, runs["BM25"])
+  fused = []
+  if config.get("interpolate", {}).get("enabled"):
+    dev = {name: evaluation.dev_run(inputs, ranker.scorer, params, key)
+           for name, (params, key, _, ranker) in models.items()}
+    extra, fused = fusion.interpolated(inputs, dev, runs)
+    runs.update(extra)
   if not out.writes:
     return {}
+  if config.get("peer", {}).get("enabled"):  # One device: process 0 only.
+    extra, record = fusion.peer_runs(config, inputs)
+    runs.update(extra)
+    fused += record
+  out.write_json(fused, "fusion.json", indent=1)
   for name, run in runs.items():
     trec.write_run(run, out.path("runs", f"{trec.run_file_name(name)}.run"),
                    tag=trec.run_file_name(name))
@@ -172,14 +192,16 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str
   # The BeST model a user would deploy: the iteration with the best dev MRR.
   iterations = [n for n in models if n.startswith("BeST-") and n != "BeST-0"]
   selected = max(iterations, key=lambda n: models[n][2], default=None)
+  bases = [b for b in ("FirstP", "BM25", selected, fusion.BM25_PEER)
+           if b in runs]
   metrics = {
       "config": config.to_dict(),
       "test_queries": len(test.topics),
       "rerank_depth": config.eval.depth,
       "means": means,
       "per_query": per_query,
-      "significance": report.significance(
-          per_query, ("FirstP", "BM25") + ((selected,) if selected else ())),
+      "baselines": bases,
+      "significance": report.significance(per_query, bases),
       "selected_best": selected,
       "dev_mrr": {name: dev for name, (_, _, dev, _) in models.items()},
       "segment_p_at_1": evaluation.selection_p_at_1(inputs, segment_scores),

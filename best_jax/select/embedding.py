@@ -49,7 +49,37 @@ class TextRows(Protocol):
 
 
 def _row(build, index: int, *args) -> dict[str, np.ndarray]:
+  """`build(*args)` (the last argument: the bucket's length) with its row
+  of the embedding buffer."""
   return dict(build(*args), index=np.int32(index))
+
+
+def build_embed_into(trainer):
+  """The jitted embedding step: `(params, buffer_nh, batch) -> buffer_nh`
+  with each real row's embedding written at its `index` (the buffer is
+  donated and replicated; the batch sharded like a training batch)."""
+  replicated = jax.NamedSharding(trainer.mesh, jax.P())
+  graphdef = trainer.graphdef
+
+  def embed_into(params, buffer_nh, batch):
+    model = nnx.merge(graphdef, params)
+    emb_rh = model.embed(batch["input_ids"], batch["attention_mask"],
+                         batch["token_type_ids"])
+    real_r = batch["example_mask"] & (batch["index"] >= 0)
+    index_r = jnp.where(real_r, batch["index"], buffer_nh.shape[0])
+    return buffer_nh.at[index_r].set(emb_rh.astype(buffer_nh.dtype),
+                                     mode="drop")
+
+  with jax.set_mesh(trainer.mesh):
+    jitted = jax.jit(embed_into, in_shardings=(
+        trainer.param_shardings, replicated, trainer.batch_sharding),
+                     out_shardings=replicated, donate_argnums=1)
+
+  def call(*args):
+    with jax.set_mesh(trainer.mesh):
+      return jitted(*args)
+  call.lower = jitted.lower
+  return call
 
 
 class EmbeddingScorer:
@@ -72,15 +102,7 @@ class EmbeddingScorer:
     self._batch_sharding = trainer.batch_sharding
     self._replicated = jax.NamedSharding(trainer.mesh, jax.P())
     graphdef = trainer.graphdef
-
-    def embed_into(params, buffer_nh, batch):
-      model = nnx.merge(graphdef, params)
-      emb_rh = model.embed(batch["input_ids"], batch["attention_mask"],
-                           batch["token_type_ids"])
-      real_r = batch["example_mask"] & (batch["index"] >= 0)
-      index_r = jnp.where(real_r, batch["index"], buffer_nh.shape[0])
-      return buffer_nh.at[index_r].set(emb_rh.astype(buffer_nh.dtype),
-                                       mode="drop")
+    self._embed_into = build_embed_into(trainer)
 
     def pair_scores(params, segments_nh, queries_qh, query_p, segment_ps):
       model = nnx.merge(graphdef, params)
@@ -90,10 +112,6 @@ class EmbeddingScorer:
       return jnp.where(valid_ps, scores_ps, -jnp.inf)
 
     with jax.set_mesh(trainer.mesh):
-      self._embed_into = jax.jit(
-          embed_into, in_shardings=(trainer.param_shardings, self._replicated,
-                                    trainer.batch_sharding),
-          out_shardings=self._replicated, donate_argnums=1)
       self._pair_scores = jax.jit(
           pair_scores, in_shardings=(trainer.param_shardings,) + (
               self._replicated,) * 4, out_shardings=self._replicated)
@@ -139,15 +157,14 @@ class EmbeddingScorer:
         length = self.source.segment_length(docid, s)
         bucket = next(b for b in self.buckets if b >= length)
         segments[bucket].append(functools.partial(
-            _row, self.source.segment_row, int(offsets_d[i] + s), docid, s,
-            bucket))
+            _row, self.source.segment_row, int(offsets_d[i] + s), docid, s))
     queries: dict[int, list] = {b: [] for b in self.buckets}
     for i, qid in enumerate(qids):
       if i % count == me:
         bucket = next(b for b in self.buckets
                       if b >= self.source.query_length(qid))
         queries[bucket].append(functools.partial(
-            _row, self.source.query_row, i, qid, bucket))
+            _row, self.source.query_row, i, qid))
     segment_nh, built_s = self._embed(params, segments, int(counts_d.sum()),
                                       f"{desc} (segments)")
     query_qh, built_q = self._embed(params, queries, len(qids),

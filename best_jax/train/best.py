@@ -95,17 +95,17 @@ def joint_train_step(states: tuple[TrainState, TrainState],
   def sums_fn(params, micro, key):
     params0, params1 = params
     key0, key1 = jax.random.fold_in(key, 0), jax.random.fold_in(key, 1)
-    inputs = tuple(micro[name] for name in steps_lib.MODEL_INPUTS)
     mask_bgs, labels_bg = micro["mask"], micro["labels"]
     example_b = micro["example_mask"]
     doc_valid_bg = jnp.any(mask_bgs, axis=-1)
-    scores0_bgs = nnx.merge(graphdef, params0)(*inputs,
-                                               rngs=nnx.Rngs(dropout=key0))
+    scores0_bgs = steps_lib.batch_scores(nnx.merge(graphdef, params0), micro,
+                                         nnx.Rngs(dropout=key0))
     if select_with_dropout:
       selection_bgs = jax.lax.stop_gradient(scores0_bgs)
     else:
       frozen = nnx.merge(graphdef, jax.lax.stop_gradient(params0))
-      selection_bgs = jax.lax.stop_gradient(frozen(*inputs))
+      selection_bgs = jax.lax.stop_gradient(
+          steps_lib.batch_scores(frozen, micro))
     selected_bg, _ = masked_argmax(selection_bgs, mask_bgs)
     scores_bsg, where_bsg = _eq3_scores(scores0_bgs, mask_bgs, pairing,
                                         jax.random.fold_in(key0, 1))
@@ -114,9 +114,11 @@ def joint_train_step(states: tuple[TrainState, TrainState],
     sums0 = losses_lib.masked_sum(group0.loss,
                                   group0.valid & example_b[:, None])
     index = selected_bg[..., None, None]
-    chosen = [jnp.take_along_axis(x, index, axis=2)[:, :, 0] for x in inputs]
-    scores1_bg = nnx.merge(graphdef, params1)(*chosen,
-                                              rngs=nnx.Rngs(dropout=key1))
+    chosen = dict(micro, **{
+        name: jnp.take_along_axis(micro[name], index, axis=2)[:, :, 0]
+        for name in steps_lib.MODEL_INPUTS})
+    scores1_bg = steps_lib.batch_scores(nnx.merge(graphdef, params1), chosen,
+                                        nnx.Rngs(dropout=key1))
     group1 = loss_fn(scores1_bg, labels_bg, where=doc_valid_bg)
     sums1 = losses_lib.masked_sum(group1.loss, group1.valid & example_b)
     return (sums0, sums1), jnp.where(doc_valid_bg, selected_bg, -1)

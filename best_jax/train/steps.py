@@ -8,7 +8,10 @@ Batches are dicts of arrays whose leading axis is the example axis:
   example_mask                               [batch] bool, real examples
 
 Group is 2 for the pairwise hinge (positive, negative) and 1 + n for the
-cross-entropies. The loss is the mean over valid groups of the per-group loss.
+cross-entropies. A bi-encoder's batch also holds its queries apart,
+`query_ids`/`query_mask` `[batch, query length]`, and the segments are
+`[CLS] segment [SEP]` rows; `batch_scores` scores both layouts, and with
+`in_batch_negatives` every other segment of the batch is a negative too. The loss is the mean over valid groups of the per-group loss.
 `loss_and_gradients` sums and counts over micro-batches, so that gradient
 accumulation is the same computation as one large batch; `guarded_update`
 applies an update only when it is finite. Both serve every step: this plain
@@ -33,15 +36,58 @@ Batch = Mapping[str, jax.Array]
 SumsFn = Callable[[Any, Batch, jax.Array], tuple[tuple, Any]]
 
 MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+QUERY_INPUTS = ("query_ids", "query_mask")
 TRAIN_KEYS = MODEL_INPUTS + ("labels", "mask", "example_mask")
 
 
+def batch_scores(model: nnx.Module, batch: Batch,
+                 rngs: nnx.Rngs | None = None) -> jax.Array:
+  """Scores `[B, ...]` of the batch's segment rows `[B, ..., L]`.
+
+  A cross-encoder reads `[CLS] query [SEP] segment [SEP]` rows; a
+  bi-encoder's batch (one with `query_ids`) embeds the queries `[B, Lq]` and
+  the segments apart and compares them (`models.bi_encoder`).
+  """
+  segments = tuple(batch[name] for name in MODEL_INPUTS)
+  if "query_ids" not in batch:
+    return model(*segments, rngs=rngs)
+  query_bh = model.embed(batch["query_ids"], batch["query_mask"], rngs=rngs)
+  return model.score(query_bh, model.embed(*segments, rngs=rngs))
+
+
+def _in_batch(model: nnx.Module, batch: Batch, rngs: nnx.Rngs | None):
+  """A bi-encoder's scores of every query against every segment of the
+  batch, `[B, B·G]`, with labels and a mask: a query's own group keeps its
+  labels; another query's documents are negatives, unless that query is the
+  same one (a repeated query's documents are left out)."""
+  labels_bg, mask_bg = batch["labels"], batch["mask"]
+  num_b, num_g = labels_bg.shape
+  query_bh = model.embed(batch["query_ids"], batch["query_mask"], rngs=rngs)
+  segments_bgh = model.embed(*(batch[n] for n in MODEL_INPUTS), rngs=rngs)
+  flat_nh = segments_bgh.reshape(num_b * num_g, -1)
+  scores_bn = model.score(query_bh, jnp.broadcast_to(
+      flat_nh[None], (num_b,) + flat_nh.shape))
+  group_n = jnp.arange(num_b * num_g) // num_g
+  own_bn = jnp.arange(num_b)[:, None] == group_n[None, :]
+  same_bb = jnp.all(batch["query_ids"][:, None] == batch["query_ids"][None],
+                    axis=-1)
+  real_n = mask_bg.reshape(-1) & batch["example_mask"][group_n]
+  where_bn = real_n[None] & (own_bn | ~same_bb[:, group_n])
+  labels_bn = jnp.where(own_bn, labels_bg.reshape(-1)[None], 0)
+  return scores_bn, labels_bn.astype(labels_bg.dtype), where_bn
+
+
 def group_loss_sum(model: nnx.Module, batch: Batch,
-                   loss_fn: losses_lib.LossFn, rngs: nnx.Rngs | None
+                   loss_fn: losses_lib.LossFn, rngs: nnx.Rngs | None,
+                   in_batch_negatives: bool = False
                    ) -> tuple[jax.Array, jax.Array]:
   """(sum of group losses, number of valid groups) of `[B, G, L]` rows."""
-  scores_bg = model(*(batch[name] for name in MODEL_INPUTS), rngs=rngs)
-  group = loss_fn(scores_bg, batch["labels"], where=batch["mask"])
+  if in_batch_negatives:
+    scores, labels, where = _in_batch(model, batch, rngs)
+  else:
+    scores = batch_scores(model, batch, rngs)
+    labels, where = batch["labels"], batch["mask"]
+  group = loss_fn(scores, labels, where=where)
   return losses_lib.masked_sum(group.loss,
                                group.valid & batch["example_mask"])
 
@@ -143,15 +189,18 @@ def train_step(state: TrainState, batch: Batch, *, graphdef: nnx.GraphDef,
                tx: optax.GradientTransformation, schedule: optax.Schedule,
                loss_fn: losses_lib.LossFn, accumulation_steps: int = 1,
                batch_sharding: jax.NamedSharding | None = None,
+               in_batch_negatives: bool = False,
                ) -> tuple[TrainState, dict[str, jax.Array]]:
   """One optimizer update; returns the new state and scalar metrics.
 
-  Dropout uses `fold_in(root key, step)` (and the micro-batch index).
+  Dropout uses `fold_in(root key, step)` (and the micro-batch index). With
+  `in_batch_negatives` (bi-encoders), a micro-batch's other segments are
+  negatives of each query too.
   """
   def sums_fn(params, micro_batch, key):
     model = nnx.merge(graphdef, params)
     return (group_loss_sum(model, micro_batch, loss_fn,
-                           nnx.Rngs(dropout=key)),), None
+                           nnx.Rngs(dropout=key), in_batch_negatives),), None
 
   step_key = jax.random.fold_in(state.root_key(), state.step)
   ((total, count),), grads, _ = loss_and_gradients(

@@ -108,7 +108,8 @@ def build_trainer(model_fn: state_lib.ModelFn,
   train_step = functools.partial(
       steps_lib.train_step, graphdef=graphdef, tx=tx, schedule=schedule,
       loss_fn=loss_fn, accumulation_steps=accumulation_steps,
-      batch_sharding=batch_sharding)
+      batch_sharding=batch_sharding,
+      in_batch_negatives=config.train.get("in_batch_negatives", False))
   metrics_shardings = replicated
 
   with jax.set_mesh(mesh):

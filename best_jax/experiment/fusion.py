@@ -1,0 +1,70 @@
+"""Runs fused with the first stage, and the zero-shot peer a user could pick
+instead of training (BENCHMARKS.md, "Peers to beat").
+
+- `interpolated`: every model's reranked top k fused with BM25 per query
+  (min-max normalised, `α·BM25 + (1−α)·model`, `rerank.interpolate`), α
+  chosen on the dev queries; the test run is "MODEL + BM25".
+- `peer_runs`: all-MiniLM-L6-v2 zero-shot MaxP over title-prefixed 90-word
+  passages (`rerank.peer`), and "BM25 + peer" fused the same way.
+
+Both write what they chose (α per model) to `fusion.json`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import ml_collections
+
+from best_jax.data import trec
+from best_jax.experiment.evaluation import DEV_METRIC, full_run
+from best_jax.experiment.inputs import Inputs
+from best_jax.rerank import interpolate
+from best_jax.rerank.peer import peer_scores
+
+PEER = "Peer (all-MiniLM-L6-v2, zero-shot)"
+BM25_PEER = "BM25 + peer"
+
+
+def _first_stage(inputs: Inputs, split: str) -> trec.Run:
+  part = inputs.data.splits[split]
+  return {q: part.run.get(q, {}) for q in part.topics}
+
+
+def fuse(inputs: Inputs, name: str, dev: trec.Run, test: trec.Run
+         ) -> tuple[trec.Run, dict[str, Any]]:
+  """The test run of `test` fused with BM25 at the α best on `dev`."""
+  dev_first = _first_stage(inputs, "dev")
+  alpha, table = interpolate.choose_alpha(
+      dev_first, dev, inputs.data.splits["dev"].qrels, metric=DEV_METRIC)
+  test_first = _first_stage(inputs, "test")
+  fused = interpolate.interpolate(test_first, test, alpha)
+  return full_run(fused, test_first), {"model": name, "alpha": alpha,
+                                       "dev": table}
+
+
+def interpolated(inputs: Inputs, dev_runs: Mapping[str, trec.Run],
+                 test_runs: Mapping[str, trec.Run]
+                 ) -> tuple[dict[str, trec.Run], list[dict[str, Any]]]:
+  """`{"MODEL + BM25": test run}` for every model with a dev run."""
+  runs, chosen = {}, []
+  for name, dev in dev_runs.items():
+    runs[f"{name} + BM25"], record = fuse(inputs, name, dev, test_runs[name])
+    chosen.append(record)
+  return runs, chosen
+
+
+def peer_runs(config: ml_collections.ConfigDict, inputs: Inputs
+              ) -> tuple[dict[str, trec.Run], list[dict[str, Any]]]:
+  """The peer's test run and its BM25 fusion (α on dev)."""
+  p = config.peer
+  scored = {split: peer_scores(inputs.documents,
+                               inputs.data.splits[split].topics,
+                               inputs.candidates[split],
+                               words=p.get("words", 90))
+            for split in ("dev", "test")}
+  test_first = _first_stage(inputs, "test")
+  fused, record = fuse(inputs, PEER, scored["dev"], scored["test"])
+  return ({PEER: full_run(scored["test"], test_first), BM25_PEER: fused},
+          [record])
