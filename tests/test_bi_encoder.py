@@ -13,23 +13,13 @@ from best_jax.errors import InputError
 from best_jax.models import BertConfig, load_encoder
 from best_jax.models.bi_encoder import (BiEncoderRanker, load_bi_encoder,
                                         text_inputs)
-from best_jax.models.pretrained import checkpoint_dir, load_tokenizer
+from best_jax.models.pretrained import load_tokenizer
 from best_jax.segments import SpecialTokens
 from reference_bert import (TINY_HF_CONFIG, bert_forward, random_hf_tensors,
                             write_checkpoint)
 
 GOLDEN = os.path.join(os.path.dirname(__file__), "golden",
                       "minilm_l6_embeddings.npz")
-
-
-@pytest.fixture(scope="module")
-def minilm_dir():
-  try:
-    return checkpoint_dir()
-  except InputError as e:
-    if os.environ.get("CI", "").lower() == "true":
-      pytest.fail(str(e))
-    pytest.skip(str(e))
 
 
 @pytest.fixture(scope="module")

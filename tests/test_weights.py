@@ -8,22 +8,11 @@ import pytest
 
 from best_jax.errors import InputError
 from best_jax.models import load_encoder, read_tensors
-from best_jax.models.pretrained import checkpoint_dir
 from reference_bert import (TINY_HF_CONFIG, bert_forward, random_hf_tensors,
                             write_checkpoint)
 
 GOLDEN = os.path.join(os.path.dirname(__file__), "golden",
                       "minilm_l6_hidden.npz")
-
-
-@pytest.fixture(scope="module")
-def minilm_dir():
-  try:
-    return checkpoint_dir()
-  except InputError as e:
-    if os.environ.get("CI", "").lower() == "true":
-      pytest.fail(str(e))
-    pytest.skip(str(e))
 
 
 @pytest.fixture(scope="module")

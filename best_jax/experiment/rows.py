@@ -28,8 +28,8 @@ def row_features(length: int) -> dict[str, Feature]:
           "token_type_ids": Feature((length,), np.int32)}
 
 
-class CrossRows:
-  """Rows of a `SegmentCache`'s segments with their queries."""
+class _Rows:
+  """A `SegmentCache`'s segments and the queries they are scored for."""
 
   def __init__(self, segments: SegmentCache, queries: QueryStore,
                segmenter: Segmenter):
@@ -43,6 +43,13 @@ class CrossRows:
 
   def num_segments(self, docid: str) -> int:
     return self.segments[docid].count
+
+  def features(self, length: int) -> dict[str, Feature]:
+    return row_features(length)
+
+
+class CrossRows(_Rows):
+  """Rows of a `SegmentCache`'s segments with their queries."""
 
   def row_length(self, qid: str, docid: str, segment: int) -> int:
     config = self.segmenter.config
@@ -59,26 +66,10 @@ class CrossRows:
                          special=self.segmenter.special)
     return {name: value[0, :length] for name, value in packed.items()}
 
-  def features(self, length: int) -> dict[str, Feature]:
-    return row_features(length)
 
-
-class BiRows:
+class BiRows(_Rows):
   """Bi-encoder rows (`select.embedding.TextRows`): `[CLS] title segment
   [SEP]` of a `SegmentCache`'s segments and `[CLS] query [SEP]`, apart."""
-
-  def __init__(self, segments: SegmentCache, queries: QueryStore,
-               segmenter: Segmenter):
-    self.segments = segments
-    self.queries = queries
-    self.segmenter = segmenter
-    self.width = segments.width
-
-  def prepare(self, docids: Sequence[str]) -> None:
-    self.segments.prepare(docids)
-
-  def num_segments(self, docid: str) -> int:
-    return self.segments[docid].count
 
   def segment_length(self, docid: str, segment: int) -> int:
     return 2 + int(self.segments[docid].lengths_s[segment])
@@ -97,6 +88,3 @@ class BiRows:
     ids_q, mask_q = self.queries.rows([qid])
     return text_inputs(ids_q[0], mask_q[0], max_len=length,
                        special=self.segmenter.special)
-
-  def features(self, length: int) -> dict[str, Feature]:
-    return row_features(length)

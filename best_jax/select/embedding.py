@@ -25,7 +25,7 @@ from flax import nnx
 
 from best_jax.data.pipeline import Feature
 from best_jax.select.selection import (Pair, PairScores, feed, gather,
-                                       padded_count)
+                                       jit_buffer_step, padded_count)
 
 
 class TextRows(Protocol):
@@ -58,7 +58,6 @@ def build_embed_into(trainer):
   """The jitted embedding step: `(params, buffer_nh, batch) -> buffer_nh`
   with each real row's embedding written at its `index` (the buffer is
   donated and replicated; the batch sharded like a training batch)."""
-  replicated = jax.NamedSharding(trainer.mesh, jax.P())
   graphdef = trainer.graphdef
 
   def embed_into(params, buffer_nh, batch):
@@ -69,17 +68,7 @@ def build_embed_into(trainer):
     index_r = jnp.where(real_r, batch["index"], buffer_nh.shape[0])
     return buffer_nh.at[index_r].set(emb_rh.astype(buffer_nh.dtype),
                                      mode="drop")
-
-  with jax.set_mesh(trainer.mesh):
-    jitted = jax.jit(embed_into, in_shardings=(
-        trainer.param_shardings, replicated, trainer.batch_sharding),
-                     out_shardings=replicated, donate_argnums=1)
-
-  def call(*args):
-    with jax.set_mesh(trainer.mesh):
-      return jitted(*args)
-  call.lower = jitted.lower
-  return call
+  return jit_buffer_step(trainer, embed_into)
 
 
 class EmbeddingScorer:

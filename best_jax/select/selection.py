@@ -179,7 +179,6 @@ def build_score_into(trainer, names: Sequence[str] = ("input_ids",
   """The jitted scoring step: `(params, buffer_ps, batch) -> buffer_ps` with
   each real row's score written at `[pair, segment]` (the buffer is donated
   and replicated; the batch sharded like a training batch)."""
-  replicated = jax.NamedSharding(trainer.mesh, jax.P())
   graphdef, names = trainer.graphdef, tuple(names)
 
   def score_into(params, buffer_ps, batch):
@@ -188,9 +187,15 @@ def build_score_into(trainer, names: Sequence[str] = ("input_ids",
     real_r = batch["example_mask"] & (batch["pair"] >= 0)
     pair_r = jnp.where(real_r, batch["pair"], buffer_ps.shape[0])
     return buffer_ps.at[pair_r, batch["segment"]].set(scores_r, mode="drop")
+  return jit_buffer_step(trainer, score_into)
 
+
+def jit_buffer_step(trainer, step: Callable) -> Callable:
+  """Jits `step(params, buffer, batch) -> buffer` with the trainer's
+  parameter and batch shardings, the buffer replicated and donated."""
+  replicated = jax.NamedSharding(trainer.mesh, jax.P())
   with jax.set_mesh(trainer.mesh):
-    jitted = jax.jit(score_into, in_shardings=(
+    jitted = jax.jit(step, in_shardings=(
         trainer.param_shardings, replicated, trainer.batch_sharding),
                      out_shardings=replicated, donate_argnums=1)
 
