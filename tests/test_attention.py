@@ -106,15 +106,16 @@ def test_encoder_is_the_same_in_every_attention_form():
 
 
 def test_attention_plan_blocks_only_on_one_cpu_device():
-  assert jax.default_backend() == "cpu"
+  if jax.default_backend() != "cpu":
+    pytest.skip("the plan for CPUs")
   assert attention_lib.attention_plan(32, 12, 256) == 2
-  assert attention_lib.attention_plan(32, 12, 512) == 1
+  assert attention_lib.attention_plan(32, 12, 512) == 2
   devices = jax.devices()
   one = jax.make_mesh((1,), ("data",), devices=devices[:1],
                       axis_types=(jax.sharding.AxisType.Auto,))
   many = jax.make_mesh((len(devices),), ("data",),
                        axis_types=(jax.sharding.AxisType.Auto,))
   with jax.set_mesh(one):
-    assert attention_lib.attention_plan(32, 12, 128) == 8
+    assert attention_lib.attention_plan(32, 12, 128) == 4
   with jax.set_mesh(many):
     assert attention_lib.attention_plan(32, 12, 128) == 0

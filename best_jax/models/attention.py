@@ -68,10 +68,12 @@ def keep_mask(key: jax.Array, shape: tuple[int, ...], rate: float, *,
   return draws >= jnp.uint16(threshold)
 
 
-# Blocked attention keeps each block's scores near this many bytes (float32),
-# so that they stay in a CPU core's cache; measured best on a 2-core x86
-# (avx512) machine among blocks of 1-12 (sequence, head) pairs at L = 128-512.
+# Blocked attention: pairs per block, from the scores' size (float32), kept to
+# 2-4. Measured on a 2-core x86 (avx512) machine, MiniLM-L6 shapes, among 1-12
+# pairs: 4 was best at L = 128, 2 at L = 256 and 512 for scoring; training at
+# L = 256 was within noise for 2-8. One pair per block (L = 512) was slower.
 _BLOCK_BYTES = 2 ** 19
+_BLOCK_PAIRS = (2, 4)
 
 
 def attention_plan(batch: int, heads: int, length: int) -> int:
@@ -93,7 +95,8 @@ def attention_plan(batch: int, heads: int, length: int) -> int:
     devices = mesh.size
   if platform != "cpu" or devices > 1:
     return 0
-  return max(1, _BLOCK_BYTES // (4 * length * length))
+  low, high = _BLOCK_PAIRS
+  return max(low, min(high, _BLOCK_BYTES // (4 * length * length)))
 
 
 def attention(q_bhqd, k_bhkd, v_bhkd, mask_bh1k, rate: float = 0.0,
