@@ -124,20 +124,22 @@ def train_step(state: TrainState, batch: Batch, *, graphdef: nnx.GraphDef,
   loss = total / denominator
   grads = jax.tree.map(lambda g: g / denominator, grads)
   grad_norm = optax.global_norm(grads)
-  updates, opt_state = tx.update(grads, state.opt_state, state.params)
-  params = optax.apply_updates(state.params, updates)
-
   finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
   apply = finite & (state.nonfinite_step < 0)
-  keep = lambda new, old: jax.tree.map(
-      lambda n, o: jnp.where(apply, n, o), new, old)
+
+  def update(_):
+    updates, opt_state = tx.update(grads, state.opt_state, state.params)
+    return optax.apply_updates(state.params, updates), opt_state
+
+  # A branch, not a select over every parameter and moment: the skipped
+  # update is never computed and the kept state is not copied.
+  params, opt_state = jax.lax.cond(
+      apply, update, lambda _: (state.params, state.opt_state), None)
   nonfinite_step = jnp.where(
       (state.nonfinite_step < 0) & ~finite, state.step, state.nonfinite_step)
   new_state = state.replace(
       step=jnp.where(apply, state.step + 1, state.step),
-      params=keep(params, state.params),
-      opt_state=keep(opt_state, state.opt_state),
-      nonfinite_step=nonfinite_step)
+      params=params, opt_state=opt_state, nonfinite_step=nonfinite_step)
   metrics = {
       "loss": loss,
       "grad_norm": grad_norm,
