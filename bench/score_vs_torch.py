@@ -28,7 +28,9 @@ load averages and versions. With `--random-bert base` both sides load one
 random BERT-base checkpoint written for the run; `--dtype bfloat16` runs
 best_jax in bf16 activations (float32 parameters) and PyTorch under bf16
 autocast; `--torch-device cuda` puts the reference on a GPU. Compiled FLOPs
-per call (`cost_analysis()`) and, on a known chip, MFU are reported.
+per call (`cost_analysis()`) and, on a known chip, MFU are reported (XLA
+counts a while loop's body once, so on a one-device CPU, where attention runs
+blocked in a loop, the figure leaves most attention FLOPs out).
 """
 
 from __future__ import annotations
