@@ -119,3 +119,29 @@ def test_attention_plan_blocks_only_on_one_cpu_device():
     assert attention_lib.attention_plan(32, 12, 128) == 4
   with jax.set_mesh(many):
     assert attention_lib.attention_plan(32, 12, 128) == 0
+
+
+def test_first_only_encoding_equals_the_full_encoding_at_cls():
+  """The ranker runs its last layer for [CLS] alone: same scores, and (without
+  dropout) the same gradients as reading [CLS] from every position's output."""
+  from best_jax.models import CrossEncoderRanker  # pylint: disable=import-outside-toplevel
+  config = BertConfig.tiny(hidden_dropout=0.0, attention_dropout=0.0)
+  ranker = CrossEncoderRanker(config, rngs=nnx.Rngs(0))
+  graphdef, params = nnx.split(ranker, nnx.Param)
+  ids = jnp.asarray(np.random.default_rng(1).integers(1, 128, (3, 16)))
+  mask = jnp.asarray(np.arange(16)[None] < np.array([[16], [9], [1]]))
+  types = (jnp.arange(16)[None] > 4).astype(jnp.int32) * mask
+
+  def scores(params, first_only):
+    model = nnx.merge(graphdef, params)
+    if first_only:
+      return model(ids, mask, types)
+    cls = model.encoder(ids, mask, types)[:, 0].astype(jnp.float32)
+    return model.head(cls)[:, 0]
+
+  np.testing.assert_allclose(np.asarray(scores(params, True)),
+                             np.asarray(scores(params, False)), atol=1e-6)
+  grads = [jax.grad(lambda p, f=f: jnp.sum(jnp.tanh(scores(p, f))))(params)
+           for f in (True, False)]
+  for got, want in zip(jax.tree.leaves(grads[0]), jax.tree.leaves(grads[1])):
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-6)

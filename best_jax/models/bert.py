@@ -251,16 +251,20 @@ class SelfAttention(nnx.Module):
                         out_sharding=_batch_sharded(x_bld, 3, leading=1))
     return y_bhlk + bias_hk[None, :, None, :]
 
-  def __call__(self, x_bld, mask_bl, rngs=None) -> jax.Array:
+  def __call__(self, x_bld, mask_bl, rngs=None, *,
+               first_only: bool = False) -> jax.Array:
+    """[batch, length, d] → [batch, length, d]; with `first_only`, only the
+    first position's output [batch, 1, d] (its query against every key)."""
     config = self.config
     rate = config.attention_dropout if rngs is not None else 0.0
-    q_bhld = self._heads(self.query, x_bld, config.head_dim ** -0.5)
+    query_bld = x_bld[:, :1] if first_only else x_bld
+    q_bhld = self._heads(self.query, query_bld, config.head_dim ** -0.5)
     k_bhld = self._heads(self.key, x_bld)
     v_bhld = self._heads(self.value, x_bld)
     key = rngs.dropout() if rate else None
     block = (attention_plan(*q_bhld.shape[:3]) if config.attention_block is None
              else config.attention_block)
-    if block:
+    if block and not first_only:
       context_bhld = blocked_attention(q_bhld, k_bhld, v_bhld, mask_bl,
                                         block, rate, key)
     else:
@@ -285,9 +289,16 @@ class Layer(nnx.Module):
                           ("mlp", "embed"), ("embed",), config, rngs)
     self.output_norm = _layer_norm(config, rngs)
 
-  def __call__(self, x_bld, mask_bl, rngs=None) -> jax.Array:
+  def __call__(self, x_bld, mask_bl, rngs=None, *,
+               first_only: bool = False) -> jax.Array:
+    """One layer; with `first_only`, just the first position's output
+    [batch, 1, d] (what a [CLS] head reads from the last layer)."""
     rate = self.config.hidden_dropout
-    attended_bld = dropout(self.attention(x_bld, mask_bl, rngs), rate, rngs)
+    attended_bld = dropout(
+        self.attention(x_bld, mask_bl, rngs, first_only=first_only), rate,
+        rngs)
+    if first_only:
+      x_bld = x_bld[:, :1]
     x_bld = self.attention_norm(x_bld + attended_bld)
     inner_blm = jax.nn.gelu(self.intermediate(x_bld), approximate=False)
     out_bld = self.output(inner_blm, out_sharding=_batch_sharded(inner_blm, 1))
@@ -305,8 +316,8 @@ class BertEncoder(nnx.Module):
         [Layer(config, rngs=rngs) for _ in range(config.num_layers)])
 
   def __call__(self, input_ids: jax.Array, attention_mask: jax.Array,
-               token_type_ids: jax.Array, *,
-               rngs: nnx.Rngs | None = None) -> jax.Array:
+               token_type_ids: jax.Array, *, rngs: nnx.Rngs | None = None,
+               first_only: bool = False) -> jax.Array:
     """Encodes `[batch, length]` ids; dropout only if `rngs` is given.
 
     Args:
@@ -314,6 +325,9 @@ class BertEncoder(nnx.Module):
       attention_mask: [batch, length], true (or 1) on real tokens.
       token_type_ids: int [batch, length] segment ids (0 query, 1 document).
       rngs: an `nnx.Rngs` with a `dropout` stream, for training only.
+      first_only: return only the first ([CLS]) position, [batch, hidden]:
+        the last layer then runs its attention query, feed-forward and norms
+        for that position alone (the same values, a layer's FLOPs less).
 
     Returns:
       Hidden states [batch, length, hidden_size] in `config.dtype`. Rows whose
@@ -321,6 +335,7 @@ class BertEncoder(nnx.Module):
     """
     mask_bl = attention_mask.astype(bool)
     x_bld = self.embeddings(input_ids, token_type_ids, rngs)
-    for layer in self.layers:
-      x_bld = layer(x_bld, mask_bl, rngs)
-    return x_bld
+    last = len(self.layers) - 1
+    for i, layer in enumerate(self.layers):
+      x_bld = layer(x_bld, mask_bl, rngs, first_only=first_only and i == last)
+    return x_bld[:, 0] if first_only else x_bld
