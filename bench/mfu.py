@@ -93,11 +93,12 @@ def main(argv=None) -> int:
   import machine  # pylint: disable=g-import-not-at-top
   from best_jax.data.files import atomic_write  # pylint: disable=g-import-not-at-top
   from best_jax.models.ranker import CrossEncoderRanker  # pylint: disable=g-import-not-at-top
-  from best_jax.train import aot  # pylint: disable=g-import-not-at-top
+  from best_jax.config import load_config  # pylint: disable=g-import-not-at-top
+  from best_jax.experiment.aot import bert_config as model_config  # pylint: disable=g-import-not-at-top
   from best_jax.train.trainer import build_trainer  # pylint: disable=g-import-not-at-top
 
-  config = aot.load_config(args.config)
-  bert_config = aot.model_config(args.model, args.dtype, args.param_dtype)
+  config = load_config(args.config)
+  bert_config = model_config(args.model, config, args.dtype, args.param_dtype)
   trainer = build_trainer(
       lambda rngs: CrossEncoderRanker(bert_config, rngs=rngs), config)
   devices = trainer.mesh.size

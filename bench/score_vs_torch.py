@@ -1,21 +1,37 @@
-"""best_jax vs PyTorch `transformers` on the same MiniLM-L6 weights (CPU).
+"""best_jax's product train and score steps vs PyTorch `transformers`, same weights.
 
     pip install torch==2.13.0          # reference only, never a requirement
     python bench/score_vs_torch.py --json bench/results/score_vs_torch.json
 
-Scoring: `[CLS] q [SEP] segment [SEP]`-shaped random inputs (batch 32, one
-padded row per batch), L = 128 / 256 / 512; best_jax's jitted
-`CrossEncoderRanker` against `BertModel` + the same linear head under
-`torch.inference_mode()`. Training: one step on 16 pairs (32 sequences) at
-L = 256 with dropout, pairwise hinge loss and AdamW, jitted with donated state
-against the eager PyTorch loop (`zero_grad`, `backward`, `step`).
+What runs on the best_jax side is what `best_jax train` runs: a `Trainer`
+built by `trainer.build_trainer` from a real config (default
+`configs/squad_longdoc.py:runlocal`: its optimizer — AdamW with warmup/decay,
+weight-decay mask and clipping —, its loss, mesh and sharding rules, the
+checkpoint's dropout), the jitted, donated `train_step` on `trainer.put`
+batches, and the scorer's jitted step `selection.build_score_into` (what
+`SegmentScorer` runs for every chunk of selection and evaluation: put the
+rows, score them into a device buffer; here also fetched). The model's own defaults choose the
+attention form (`BertConfig.attention_block=None`); the JSON records the
+configuration and the plan chosen per shape.
 
-After one warm-up call each, the two sides alternate A B A B for `--repeats`
-pairs. For each pair the script records wall time and process CPU time
-(all threads); `ratio` = best_jax throughput ÷ PyTorch throughput from wall
-time, `cpu_ratio` the same from CPU time (more stable when other jobs share
-the cores). Median, min and max of every list go to the JSON, with the machine
-(bench/machine.py), the load average before and after, and the thread count.
+PyTorch side: `BertModel` (no pooler) + the same linear head; scoring under
+`torch.inference_mode()`; training eager with the same AdamW (weight decay
+off for LayerNorm and biases), gradient clipping, linear warmup/decay
+schedule, hinge loss and dropout.
+
+Inputs are `[CLS] q [SEP] segment [SEP]`-shaped random ids (one half-padded
+row per batch): scoring batch 32 at L = 128 / 256 / 512, training 16 pairs at
+L = 256. After one warm-up call each the sides alternate A B A B for
+`--repeats` pairs; `ratio` = best_jax throughput ÷ PyTorch throughput per
+pair from wall time, `cpu_ratio` from process CPU time (steadier when other
+jobs share the cores). Median, min and max go to the JSON with the machine,
+load averages and versions. With `--random-bert base` both sides load one
+random BERT-base checkpoint written for the run; `--dtype bfloat16` runs
+best_jax in bf16 activations (float32 parameters) and PyTorch under bf16
+autocast; `--torch-device cuda` puts the reference on a GPU. Compiled FLOPs
+per call (`cost_analysis()`) and, on a known chip, MFU are reported (XLA
+counts a while loop's body once, so on a one-device CPU, where attention runs
+blocked in a loop, the figure leaves most attention FLOPs out).
 """
 
 from __future__ import annotations
@@ -25,6 +41,7 @@ import json
 import os
 import statistics
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -33,11 +50,21 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+DEFAULT_CONFIG = os.path.join(ROOT, "configs", "squad_longdoc.py") + ":runlocal"
+# Shapes of the random reference checkpoints (Hugging Face config names).
+RANDOM_BERTS = {
+    "base": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+                 intermediate_size=3072),
+    "small": dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                  intermediate_size=256),
+}
 
-def random_inputs(batch: int, length: int, seed: int = 0) -> dict:
+
+def random_inputs(batch: int, length: int, seed: int = 0,
+                  vocab: int = 30522) -> dict:
   """Query–segment-shaped token ids; the last row is half padding."""
   rng = np.random.default_rng(seed)
-  ids = rng.integers(1000, 30000, (batch, length))
+  ids = rng.integers(min(1000, vocab // 2), vocab, (batch, length))
   lengths = np.full(batch, length)
   lengths[-1] = length // 2
   mask = np.arange(length)[None] < lengths[:, None]
@@ -67,7 +94,7 @@ def alternate(run_jax, run_torch, items: int, repeats: int) -> dict:
       wall_0, cpu_0 = time.perf_counter(), time.process_time()
       run()
       wall[name].append(items / (time.perf_counter() - wall_0))
-      cpu[name].append(items / (time.process_time() - cpu_0))
+      cpu[name].append(items / max(time.process_time() - cpu_0, 1e-9))
   return {
       "per_second": {name: summary(v) for name, v in wall.items()},
       "per_cpu_second": {name: summary(v) for name, v in cpu.items()},
@@ -78,60 +105,169 @@ def alternate(run_jax, run_torch, items: int, repeats: int) -> dict:
   }
 
 
+def write_random_bert(directory: str, size: str, seed: int = 0) -> str:
+  """A random BERT checkpoint (config.json + model.safetensors) via torch."""
+  import torch
+  import transformers
+  torch.manual_seed(seed)
+  config = transformers.BertConfig(**RANDOM_BERTS[size])
+  transformers.BertModel(config, add_pooling_layer=False).save_pretrained(
+      directory, safe_serialization=True)
+  return directory
+
+
 class TorchRanker:
   """`BertModel` (no pooler) + a linear head on [CLS], as in best_jax."""
 
-  def __init__(self, checkpoint: str, head_kernel, head_bias):
+  def __init__(self, checkpoint: str, head_kernel, head_bias, device: str,
+               dropout: dict):
     import torch
     import transformers
     self.torch = torch
+    self.device = device
     self.encoder = transformers.BertModel.from_pretrained(
-        checkpoint, add_pooling_layer=False)
-    self.head = torch.nn.Linear(head_kernel.shape[0], 1)
+        checkpoint, add_pooling_layer=False, **dropout).to(device)
+    self.head = torch.nn.Linear(head_kernel.shape[0], 1).to(device)
     with torch.no_grad():
       self.head.weight.copy_(torch.tensor(np.asarray(head_kernel).T))
       self.head.bias.copy_(torch.tensor(np.asarray(head_bias)))
 
-  def parameters(self):
-    return list(self.encoder.parameters()) + list(self.head.parameters())
+  def named_parameters(self):
+    return (list(self.encoder.named_parameters())
+            + [("head." + n, p) for n, p in self.head.named_parameters()])
 
   def __call__(self, inputs: dict):
     hidden = self.encoder(**inputs).last_hidden_state
-    return self.head(hidden[:, 0])[:, 0]
+    return self.head(hidden[:, 0].float())[:, 0]
 
 
-def bench_scoring(ranker, torch_ranker, lengths, batch, repeats) -> dict:
-  import jax
-  import jax.numpy as jnp
+def torch_optimizer(ranker: TorchRanker, opt):
+  """AdamW + clipping + linear warmup/decay as `make_optimizer(config)`."""
   import torch
-  from flax import nnx
+  decay, no_decay = [], []
+  for name, param in ranker.named_parameters():
+    exempt = "layernorm" in name.lower() or name.endswith("bias")
+    (no_decay if exempt else decay).append(param)
+  optimizer = torch.optim.AdamW(
+      [{"params": decay, "weight_decay": opt.weight_decay},
+       {"params": no_decay, "weight_decay": 0.0}],
+      lr=opt.learning_rate, betas=(opt.b1, opt.b2), eps=opt.eps)
 
-  graphdef, state = nnx.split(ranker)
-  score = jax.jit(lambda state, ids, mask, types: nnx.merge(graphdef, state)(
-      ids, mask, types))
+  def factor(step):
+    if step < opt.warmup_steps:
+      return step / max(1, opt.warmup_steps)
+    return max(0.0, (opt.total_steps - step)
+               / max(1, opt.total_steps - opt.warmup_steps))
+  return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+def compiled_flops(jitted, *args) -> float | None:
+  """FLOPs of one call from XLA's cost analysis (None when unavailable)."""
+  try:
+    cost = jitted.lower(*args).compile().cost_analysis()
+  except Exception:  # Some backends have no cost analysis.  pylint: disable=broad-except
+    return None
+  if isinstance(cost, (list, tuple)):
+    cost = cost[0] if cost else {}
+  flops = (cost or {}).get("flops")
+  return float(flops) if flops else None
+
+
+class Product:
+  """The model, Trainer and state that `best_jax train` would build."""
+
+  def __init__(self, config_spec: str, checkpoint: str | None, dtype: str):
+    import jax.numpy as jnp
+    import ml_collections
+    from flax import nnx
+
+    from best_jax.models import CrossEncoderRanker, load_ranker
+    from best_jax.models.pretrained import checkpoint_dir
+    from best_jax.config import load_config
+    from best_jax.train.state import split_params
+    from best_jax.train.trainer import build_trainer
+
+    self.config = load_config(config_spec)
+    config = self.config
+    self.checkpoint = checkpoint_dir(
+        checkpoint or config.ranker.get("checkpoint") or "minilm-l6")
+    overrides = dict(config.ranker.get("overrides", {}) or {})
+    model = load_ranker(self.checkpoint, rngs=nnx.Rngs(config.seed),
+                        dtype=getattr(jnp, dtype), **overrides)
+    self.model_config = model.config
+    # Copied first: init_from_params donates the parameters.
+    self.head = (np.array(model.head.kernel.get_value()),
+                 np.array(model.head.bias.get_value()))
+    _, params = split_params(model)
+    trainer_config = ml_collections.ConfigDict(config.to_dict())
+    self.trainer = build_trainer(
+        lambda rngs: CrossEncoderRanker(self.model_config, rngs=rngs),
+        trainer_config)
+    self.state = self.trainer.init_from_params(params, config.seed)
+
+  def describe(self, shapes: list[tuple[int, int]]) -> dict:
+    """The configuration the benchmark ran, for the JSON."""
+    import jax
+    from best_jax.models.attention import attention_plan
+    c = self.model_config
+    with jax.set_mesh(self.trainer.mesh):
+      plans = {f"{rows}x{length}": attention_plan(rows, c.num_heads, length)
+               for rows, length in shapes}
+    return {
+        "optimizer": self.config.optimizer.to_dict(),
+        "loss": self.config.train.loss,
+        "accumulation_steps": self.config.train.get("accumulation_steps", 1),
+        "mesh": dict(self.trainer.mesh.shape),
+        "model": {k: str(v) for k, v in vars(c).items()},
+        "attention_block_chosen": plans,
+    }
+
+
+def bench_scoring(product: Product, torch_ranker, lengths, batch, repeats,
+                  torch_dtype) -> dict:
+  import jax
+  import torch
+  from best_jax.select.selection import build_score_into
+  trainer, params = product.trainer, product.state.params
+  score_into = build_score_into(trainer)
+  replicated = jax.NamedSharding(trainer.mesh, jax.P())
   torch_ranker.encoder.eval()
   results = {}
   for length in lengths:
-    inputs = random_inputs(batch, length, seed=length)
-    ids, mask, types = (jnp.asarray(inputs["input_ids"], jnp.int32),
-                        jnp.asarray(inputs["attention_mask"], bool),
-                        jnp.asarray(inputs["token_type_ids"], jnp.int32))
-    torch_inputs = {k: torch.tensor(v) for k, v in inputs.items()}
+    inputs = random_inputs(batch, length, seed=length,
+                           vocab=product.model_config.vocab_size)
+    host = {"input_ids": inputs["input_ids"].astype(np.int32),
+            "attention_mask": inputs["attention_mask"].astype(bool),
+            "token_type_ids": inputs["token_type_ids"].astype(np.int32),
+            "pair": np.arange(batch, dtype=np.int32),
+            "segment": np.zeros(batch, np.int32),
+            "example_mask": np.ones(batch, bool)}
+    torch_inputs = {k: torch.tensor(v, device=torch_ranker.device)
+                    for k, v in inputs.items()}
+
+    def blank():
+      return jax.device_put(np.full((batch, 1), -np.inf, np.float32),
+                            replicated)
 
     def run_jax():
-      return np.asarray(score(state, ids, mask, types))
+      buffer = score_into(params, blank(), trainer.put(host))
+      return np.asarray(jax.device_get(buffer))[:, 0]
 
     def run_torch():
-      with torch.inference_mode():
-        return torch_ranker(torch_inputs).numpy()
+      with torch.inference_mode(), torch.autocast(
+          torch_ranker.device.split(":")[0], dtype=torch_dtype,
+          enabled=torch_dtype != torch.float32):
+        return torch_ranker(torch_inputs).float().cpu().numpy()
 
     difference = float(np.abs(run_jax() - run_torch()).max())
-    results[str(length)] = dict(alternate(run_jax, run_torch, batch, repeats),
-                                max_abs_score_difference=difference)
-    row = results[str(length)]
+    row = dict(alternate(run_jax, run_torch, batch, repeats),
+               max_abs_score_difference=difference)
+    row["flops_per_call"] = compiled_flops(
+        score_into, params, blank(), trainer.put(host))
+    results[str(length)] = row
     print(f"score L={length:4d}: best_jax "
-          f"{row['per_second']['best_jax']['median']:6.1f}/s  torch "
-          f"{row['per_second']['torch']['median']:6.1f}/s  ratio "
+          f"{row['per_second']['best_jax']['median']:7.1f}/s  torch "
+          f"{row['per_second']['torch']['median']:7.1f}/s  ratio "
           f"{row['ratio']['median']:.2f} [{row['ratio']['min']:.2f}, "
           f"{row['ratio']['max']:.2f}]  cpu_ratio "
           f"{row['cpu_ratio']['median']:.2f}  |Δscore| {difference:.1e}",
@@ -139,114 +275,152 @@ def bench_scoring(ranker, torch_ranker, lengths, batch, repeats) -> dict:
   return results
 
 
-def bench_training(ranker, torch_ranker, pairs, length, repeats,
-                   learning_rate=2e-5) -> dict:
-  """One AdamW step on `pairs` (positive, negative) pairs, pairwise hinge."""
-  import jax
-  import jax.numpy as jnp
-  import optax
+def train_batch(pairs: int, length: int, vocab: int) -> dict:
+  inputs = random_inputs(2 * pairs, length, seed=7, vocab=vocab)
+  batch = {k: v.reshape(pairs, 2, length) for k, v in inputs.items()}
+  return {"input_ids": batch["input_ids"].astype(np.int32),
+          "attention_mask": batch["attention_mask"].astype(bool),
+          "token_type_ids": batch["token_type_ids"].astype(np.int32),
+          "labels": np.tile(np.array([1.0, 0.0], np.float32), (pairs, 1)),
+          "mask": np.ones((pairs, 2), bool),
+          "example_mask": np.ones(pairs, bool)}
+
+
+def bench_training(product: Product, torch_ranker, pairs, length, repeats,
+                   torch_dtype) -> dict:
+  """One optimizer step on `pairs` (positive, negative) pairs."""
   import torch
-  from flax import nnx
-
-  inputs = random_inputs(2 * pairs, length, seed=7)
-  grouped = {k: v.reshape(pairs, 2, length) for k, v in inputs.items()}
-  ids, mask, types = (jnp.asarray(grouped["input_ids"], jnp.int32),
-                      jnp.asarray(grouped["attention_mask"], bool),
-                      jnp.asarray(grouped["token_type_ids"], jnp.int32))
-  graphdef, params = nnx.split(ranker, nnx.Param)
-  tx = optax.adamw(learning_rate, weight_decay=0.01)
-  opt_state = tx.init(params)
-  key = jax.random.key(0)
-
-  def step(params, opt_state, step_number):
-    def loss_fn(params):
-      rngs = nnx.Rngs(dropout=jax.random.fold_in(key, step_number))
-      scores_bg = nnx.merge(graphdef, params)(ids, mask, types, rngs=rngs)
-      return jnp.mean(jnp.maximum(0.0, 1.0 - scores_bg[:, 0]
-                                  + scores_bg[:, 1]))
-    loss, grads = jax.value_and_grad(loss_fn)(params)
-    updates, opt_state = tx.update(grads, opt_state, params)
-    return optax.apply_updates(params, updates), opt_state, loss
-
-  train_step = jax.jit(step, donate_argnums=(0, 1))
-  jax_state = {"params": params, "opt": opt_state, "step": 0}
+  trainer = product.trainer
+  batch = train_batch(pairs, length, product.model_config.vocab_size)
+  holder = {"state": product.state}
+  flops = compiled_flops(trainer.train_step, holder["state"],
+                         trainer.put(batch))
 
   def run_jax():
-    jax_state["params"], jax_state["opt"], loss = train_step(
-        jax_state["params"], jax_state["opt"], jax_state["step"])
-    jax_state["step"] += 1
-    return float(loss)
+    holder["state"], metrics = trainer.train_step(holder["state"],
+                                                  trainer.put(batch))
+    return float(metrics["loss"])
 
   torch_ranker.encoder.train()
-  optimizer = torch.optim.AdamW(torch_ranker.parameters(), lr=learning_rate,
-                                weight_decay=0.01)
-  torch_inputs = {k: torch.tensor(v) for k, v in inputs.items()}
+  optimizer, scheduler = torch_optimizer(torch_ranker,
+                                         product.config.optimizer)
+  max_norm = product.config.optimizer.max_grad_norm
+  torch_inputs = {k: torch.tensor(batch[k].reshape(2 * pairs, length)
+                                  .astype(np.int64),
+                                  device=torch_ranker.device)
+                  for k in ("input_ids", "attention_mask", "token_type_ids")}
+  params = [p for _, p in torch_ranker.named_parameters()]
 
   def run_torch():
     optimizer.zero_grad()
-    scores = torch_ranker(torch_inputs).reshape(pairs, 2)
+    with torch.autocast(torch_ranker.device.split(":")[0], dtype=torch_dtype,
+                        enabled=torch_dtype != torch.float32):
+      scores = torch_ranker(torch_inputs).reshape(pairs, 2)
     loss = torch.clamp(1.0 - scores[:, 0] + scores[:, 1], min=0.0).mean()
     loss.backward()
+    if max_norm and max_norm > 0:
+      torch.nn.utils.clip_grad_norm_(params, max_norm)
     optimizer.step()
+    scheduler.step()
     return loss.item()
 
   result = alternate(run_jax, run_torch, pairs, repeats)
+  result["flops_per_call"] = flops
   print(f"train {pairs} pairs L={length}: best_jax "
-        f"{result['per_second']['best_jax']['median']:5.2f} pairs/s  torch "
-        f"{result['per_second']['torch']['median']:5.2f} pairs/s  ratio "
+        f"{result['per_second']['best_jax']['median']:6.2f} pairs/s  torch "
+        f"{result['per_second']['torch']['median']:6.2f} pairs/s  ratio "
         f"{result['ratio']['median']:.2f} [{result['ratio']['min']:.2f}, "
         f"{result['ratio']['max']:.2f}]  cpu_ratio "
         f"{result['cpu_ratio']['median']:.2f}", flush=True)
   return result
 
 
+def add_mfu(results: dict, batch: int, pairs: int, device_kind: str,
+            devices: int) -> None:
+  """Achieved FLOP/s (compiled FLOPs ÷ median time) and MFU on known chips."""
+  from best_jax.train import chips
+  chip = chips.chip_for_device_kind(device_kind)
+  rows = [(row, batch) for row in results.get("scoring", {}).values()]
+  if "training" in results:
+    rows.append((results["training"], pairs))
+  for row, items in rows:
+    flops = row.get("flops_per_call")
+    if not flops:
+      continue
+    per_second = row["per_second"]["best_jax"]["median"]
+    row["flops_per_second"] = flops * per_second / items
+    if chip is not None:
+      row["mfu"] = row["flops_per_second"] / (devices * chip.peak_bf16_flops)
+      row["peak_flops_per_device"] = chip.peak_bf16_flops
+
+
 def main(argv=None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--json", help="write the figures to this file")
+  parser.add_argument("--config", default=DEFAULT_CONFIG,
+                      help="FILE[:ARG] of the run whose steps are measured")
+  parser.add_argument("--checkpoint", help="a Hugging Face BERT directory "
+                      "(default: the config's checkpoint)")
+  parser.add_argument("--random-bert", choices=sorted(RANDOM_BERTS),
+                      help="both sides load one random checkpoint of this "
+                      "shape instead")
+  parser.add_argument("--dtype", default="float32",
+                      choices=("float32", "bfloat16"))
+  parser.add_argument("--torch-device", default="cpu")
   parser.add_argument("--lengths", default="128,256,512")
   parser.add_argument("--batch", type=int, default=32)
   parser.add_argument("--pairs", type=int, default=16)
   parser.add_argument("--train-length", type=int, default=256)
   parser.add_argument("--repeats", type=int, default=5)
-  parser.add_argument("--attention-block", type=int, default=4,
-                      help="BertConfig.attention_block (0: one batched "
-                      "dot_product_attention)")
   parser.add_argument("--skip-training", action="store_true")
   args = parser.parse_args(argv)
 
-  os.environ.setdefault("JAX_PLATFORMS", "cpu")
   import jax
   import torch
   import transformers
-  from flax import nnx
 
   import machine
-  from best_jax.models import load_ranker
-  from best_jax.models.pretrained import checkpoint_dir
 
-  threads = os.cpu_count()
-  torch.set_num_threads(threads)
-  checkpoint = checkpoint_dir()
-  ranker = load_ranker(checkpoint, rngs=nnx.Rngs(0),
-                       attention_block=args.attention_block)
-  torch_ranker = TorchRanker(checkpoint, ranker.head.kernel.get_value(),
-                             ranker.head.bias.get_value())
+  if args.torch_device == "cpu":
+    torch.set_num_threads(os.cpu_count())
+  torch_dtype = getattr(torch, args.dtype)
+  scratch = tempfile.TemporaryDirectory()
+  checkpoint = args.checkpoint
+  if args.random_bert:
+    checkpoint = write_random_bert(scratch.name, args.random_bert)
+  product = Product(args.config, checkpoint, args.dtype)
+  c = product.model_config
+  dropout = {"hidden_dropout_prob": c.hidden_dropout,
+             "attention_probs_dropout_prob": c.attention_dropout}
+  torch_ranker = TorchRanker(product.checkpoint, *product.head,
+                             args.torch_device, dropout)
+  lengths = [int(x) for x in args.lengths.split(",")]
   load_before = os.getloadavg()
-  results = {
-      "scoring": bench_scoring(ranker, torch_ranker,
-                               [int(x) for x in args.lengths.split(",")],
-                               args.batch, args.repeats),
-  }
+  results = {"scoring": bench_scoring(product, torch_ranker, lengths,
+                                      args.batch, args.repeats, torch_dtype)}
   if not args.skip_training:
-    results["training"] = bench_training(ranker, torch_ranker, args.pairs,
-                                         args.train_length, args.repeats)
+    results["training"] = bench_training(product, torch_ranker, args.pairs,
+                                         args.train_length, args.repeats,
+                                         torch_dtype)
+  device = jax.devices()[0]
+  add_mfu(results, args.batch, args.pairs, device.device_kind,
+          len(product.trainer.mesh.devices.flat))
+  shapes = [(args.batch, n) for n in lengths] + [(2 * args.pairs,
+                                                  args.train_length)]
   report = {
       "benchmark": "score_vs_torch",
-      "checkpoint": checkpoint,
+      "config": args.config,
+      "checkpoint": args.random_bert and f"random BERT-{args.random_bert}"
+                    or product.checkpoint,
+      "product": product.describe(shapes),
+      "dtype": args.dtype,
       "batch": args.batch, "pairs": args.pairs,
       "train_length": args.train_length, "repeats": args.repeats,
-      "attention_block": args.attention_block,
-      "torch_threads": threads, "jax_devices": len(jax.devices()),
+      "torch_device": args.torch_device,
+      "torch_threads": torch.get_num_threads(),
+      "torch_attention": getattr(torch_ranker.encoder.config,
+                                 "_attn_implementation", None),
+      "jax_devices": [str(d) for d in jax.devices()],
       "load_average_before": load_before,
       "load_average_after": os.getloadavg(),
       "machine": machine.describe(),
@@ -259,6 +433,7 @@ def main(argv=None) -> int:
     with atomic_write(args.json) as f:
       json.dump(report, f, indent=1)
     print(f"wrote {args.json}")
+  scratch.cleanup()
   return 0
 
 

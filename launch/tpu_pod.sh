@@ -16,7 +16,7 @@
 #   gcloud compute tpus tpu-vm create my-v4 --zone=us-central2-b \
 #       --accelerator-type=v4-32 --version=tpu-ubuntu2204-base
 #   launch/tpu_pod.sh setup my-v4 us-central2-b
-#   launch/tpu_pod.sh run my-v4 us-central2-b -- python -m best_jax.train.aot --help
+#   launch/tpu_pod.sh run my-v4 us-central2-b -- python -m best_jax aot --help
 set -euo pipefail
 
 usage() { sed -n '2,20p' "$0" >&2; exit 2; }

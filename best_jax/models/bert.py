@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import os
 from typing import Any
 
@@ -35,6 +34,8 @@ import jax.numpy as jnp
 from flax import nnx
 
 from best_jax.errors import InputError
+from best_jax.models.attention import (attention, attention_plan,
+                                       blocked_attention, keep_mask)
 
 Axes = tuple[str | None, ...]
 
@@ -46,11 +47,11 @@ class BertConfig:
   `dtype` is the activation/compute dtype (float32 or bfloat16); parameters are
   stored in `param_dtype`. Softmax and LayerNorm statistics are always float32.
 
-  `attention_block` > 0 computes attention in a sequential loop over blocks of
-  that many (sequence, head) pairs, so each block's [length, length] scores
-  stay in cache: faster on XLA CPU for an unsharded batch. Leave it 0 (one
-  batched `jax.nn.dot_product_attention`) on accelerators and whenever the
-  batch is sharded over devices.
+  `attention_block`: None (the default) chooses per backend and shape at
+  trace time (`attention_plan`): on XLA CPU with one device, a sequential
+  loop over blocks of (sequence, head) pairs whose [length, length] scores
+  fit in cache; elsewhere one batched einsum. 0 forces the batched form, a
+  positive number that many pairs per block.
   """
   vocab_size: int = 30522
   hidden_size: int = 768
@@ -64,7 +65,7 @@ class BertConfig:
   attention_dropout: float = 0.1
   dtype: Any = jnp.float32
   param_dtype: Any = jnp.float32
-  attention_block: int = 0
+  attention_block: int | None = None
 
   def __post_init__(self):
     if self.hidden_size % self.num_heads:
@@ -157,13 +158,14 @@ def dropout(x: jax.Array, rate: float, rngs: nnx.Rngs | None) -> jax.Array:
   """Inverted dropout, active only when `rngs` is given."""
   if rngs is None or rate == 0.0:
     return x
-  keep = jax.random.bernoulli(rngs.dropout(), 1.0 - rate, x.shape)
+  keep = keep_mask(rngs.dropout(), x.shape, rate)
   return jnp.where(keep, x / (1.0 - rate), 0).astype(x.dtype)
 
 
-def _batch_sharded(x: jax.Array, features: int) -> jax.NamedSharding | None:
-  """Under an explicit mesh: `x`'s sharding on its two leading (batch,
-  length) axes and `features` unsharded trailing axes. None otherwise.
+def _batch_sharded(x: jax.Array, features: int,
+                   leading: int = 2) -> jax.NamedSharding | None:
+  """Under an explicit mesh: `x`'s sharding on its `leading` axes (batch, or
+  batch and length) and `features` unsharded trailing axes. None otherwise.
 
   Contractions over a sharded axis (e.g. heads or mlp) need their output
   sharding spelled out under an explicit mesh; this keeps the activations
@@ -173,7 +175,8 @@ def _batch_sharded(x: jax.Array, features: int) -> jax.NamedSharding | None:
   if jax.sharding.AxisType.Explicit not in sharding.mesh.axis_types:
     return None
   spec = tuple(sharding.spec) + (None,) * (x.ndim - len(sharding.spec))
-  return jax.NamedSharding(sharding.mesh, jax.P(*spec[:2], *[None] * features))
+  return jax.NamedSharding(sharding.mesh,
+                           jax.P(*spec[:leading], *[None] * features))
 
 
 def _lookup(table: nnx.Param, ids_bl: jax.Array) -> jax.Array:
@@ -215,7 +218,12 @@ class Embeddings(nnx.Module):
 
 
 class SelfAttention(nnx.Module):
-  """Multi-head self-attention in [batch, heads, length, head_dim] layout."""
+  """Multi-head self-attention, computed in [batch, heads, length, head_dim].
+
+  The projections write that layout directly (one dot each, no transposes of
+  activations). How the [length, length] scores are formed follows
+  `attention_block` (see `BertConfig`; `attention_plan` decides for None).
+  """
 
   def __init__(self, config: BertConfig, *, rngs: nnx.Rngs):
     self.config = config
@@ -231,74 +239,41 @@ class SelfAttention(nnx.Module):
     self.output = _linear(heads, config.hidden_size, ("heads", "kv", "embed"),
                           ("embed",), config, rngs, axis=(-2, -1))
 
-  def __call__(self, x_bld, mask_bl, rngs=None) -> jax.Array:
-    q_blhd = self.query(x_bld)
-    k_blhd = self.key(x_bld)
-    v_blhd = self.value(x_bld)
-    dropout = self.config.attention_dropout if rngs is not None else 0.0
-    if self.config.attention_block:
-      context_blhd = _blocked_attention(q_blhd, k_blhd, v_blhd, mask_bl,
-                                        self.config.attention_block, dropout,
-                                        rngs)
-    elif dropout == 0.0:
-      context_blhd = jax.nn.dot_product_attention(
-          q_blhd, k_blhd, v_blhd, mask=mask_bl[:, None, None, :])
+  def _heads(self, layer: nnx.LinearGeneral, x_bld: jax.Array,
+             scale: float = 1.0) -> jax.Array:
+    """x [batch, length, d] → [batch, heads, length, head_dim]."""
+    dtype = self.config.dtype
+    kernel_dhk = layer.kernel.get_value().astype(dtype)
+    bias_hk = layer.bias.get_value().astype(dtype)
+    if scale != 1.0:
+      kernel_dhk, bias_hk = kernel_dhk * scale, bias_hk * scale
+    y_bhlk = jnp.einsum("bld,dhk->bhlk", x_bld.astype(dtype), kernel_dhk,
+                        out_sharding=_batch_sharded(x_bld, 3, leading=1))
+    return y_bhlk + bias_hk[None, :, None, :]
+
+  def __call__(self, x_bld, mask_bl, rngs=None, *,
+               first_only: bool = False) -> jax.Array:
+    """[batch, length, d] → [batch, length, d]; with `first_only`, only the
+    first position's output [batch, 1, d] (its query against every key)."""
+    config = self.config
+    rate = config.attention_dropout if rngs is not None else 0.0
+    query_bld = x_bld[:, :1] if first_only else x_bld
+    q_bhld = self._heads(self.query, query_bld, config.head_dim ** -0.5)
+    k_bhld = self._heads(self.key, x_bld)
+    v_bhld = self._heads(self.value, x_bld)
+    key = rngs.dropout() if rate else None
+    block = (attention_plan(*q_bhld.shape[:3]) if config.attention_block is None
+             else config.attention_block)
+    if block and not first_only:
+      context_bhld = blocked_attention(q_bhld, k_bhld, v_bhld, mask_bl,
+                                        block, rate, key)
     else:
-      context_blhd = _attention_withdropout(q_blhd, k_blhd, v_blhd, mask_bl,
-                                             dropout, rngs)
-    return self.output(context_blhd,
-                       out_sharding=_batch_sharded(context_blhd, 1))
-
-
-def _blocked_attention(q_blhd, k_blhd, v_blhd, mask_bl, block: int,
-                       dropout: float = 0.0,
-                       rngs: nnx.Rngs | None = None) -> jax.Array:
-  """Softmax attention looped over blocks of (sequence, head) pairs."""
-  batch, length, heads, head_dim = q_blhd.shape
-  pairs = batch * heads
-  block = math.gcd(pairs, block)
-  blocks = pairs // block
-
-  def to_blocks(x_blhd):  # → [blocks, block, length, head_dim]
-    return x_blhd.transpose(0, 2, 1, 3).reshape(blocks, block, length,
-                                                 head_dim)
-
-  mask_nc1k = jnp.broadcast_to(mask_bl[:, None, :], (batch, heads, length)
-                               ).reshape(blocks, block, 1, length)
-  if dropout:
-    keys_n = jax.random.split(rngs.dropout(), blocks)
-  else:
-    keys_n = jnp.zeros(blocks, jnp.uint32)  # Unused.
-
-  def attend(args):
-    q_cqd, k_ckd, v_ckd, mask_c1k, key = args
-    logits_cqk = jnp.einsum("cqd,ckd->cqk", q_cqd * head_dim ** -0.5, k_ckd,
-                            preferred_element_type=jnp.float32)
-    logits_cqk = jnp.where(mask_c1k, logits_cqk, jnp.finfo(jnp.float32).min)
-    probs_cqk = jax.nn.softmax(logits_cqk, axis=-1)
-    if dropout:
-      keep_cqk = jax.random.bernoulli(key, 1.0 - dropout, probs_cqk.shape)
-      probs_cqk = jnp.where(keep_cqk, probs_cqk / (1.0 - dropout), 0.0)
-    return jnp.einsum("cqk,ckd->cqd", probs_cqk.astype(v_ckd.dtype), v_ckd)
-
-  context_ncqd = jax.lax.map(
-      attend, (to_blocks(q_blhd), to_blocks(k_blhd), to_blocks(v_blhd),
-               mask_nc1k, keys_n))
-  return context_ncqd.reshape(batch, heads, length, head_dim).transpose(
-      0, 2, 1, 3)
-
-
-def _attention_withdropout(q_blhd, k_blhd, v_blhd, mask_bl, rate: float,
-                            rngs: nnx.Rngs) -> jax.Array:
-  """Softmax attention (float32 softmax) with dropout on the probabilities."""
-  scale = q_blhd.shape[-1] ** -0.5
-  logits_bhqk = jnp.einsum("bqhd,bkhd->bhqk", q_blhd * scale, k_blhd,
-                           preferred_element_type=jnp.float32)
-  logits_bhqk = jnp.where(mask_bl[:, None, None, :], logits_bhqk,
-                          jnp.finfo(jnp.float32).min)
-  probs_bhqk = jax.nn.softmax(logits_bhqk, axis=-1)
-  probs_bhqk = dropout(probs_bhqk, rate, rngs).astype(v_blhd.dtype)
-  return jnp.einsum("bhqk,bkhd->bqhd", probs_bhqk, v_blhd)
+      context_bhld = attention(q_bhld, k_bhld, v_bhld, mask_bl[:, None, None],
+                                rate, key)
+    kernel_hkd = self.output.kernel.get_value().astype(config.dtype)
+    out_bld = jnp.einsum("bhlk,hkd->bld", context_bhld, kernel_hkd,
+                         out_sharding=_batch_sharded(x_bld, 2, leading=1))
+    return out_bld + self.output.bias.get_value().astype(config.dtype)
 
 
 class Layer(nnx.Module):
@@ -314,9 +289,16 @@ class Layer(nnx.Module):
                           ("mlp", "embed"), ("embed",), config, rngs)
     self.output_norm = _layer_norm(config, rngs)
 
-  def __call__(self, x_bld, mask_bl, rngs=None) -> jax.Array:
+  def __call__(self, x_bld, mask_bl, rngs=None, *,
+               first_only: bool = False) -> jax.Array:
+    """One layer; with `first_only`, just the first position's output
+    [batch, 1, d] (what a [CLS] head reads from the last layer)."""
     rate = self.config.hidden_dropout
-    attended_bld = dropout(self.attention(x_bld, mask_bl, rngs), rate, rngs)
+    attended_bld = dropout(
+        self.attention(x_bld, mask_bl, rngs, first_only=first_only), rate,
+        rngs)
+    if first_only:
+      x_bld = x_bld[:, :1]
     x_bld = self.attention_norm(x_bld + attended_bld)
     inner_blm = jax.nn.gelu(self.intermediate(x_bld), approximate=False)
     out_bld = self.output(inner_blm, out_sharding=_batch_sharded(inner_blm, 1))
@@ -334,8 +316,8 @@ class BertEncoder(nnx.Module):
         [Layer(config, rngs=rngs) for _ in range(config.num_layers)])
 
   def __call__(self, input_ids: jax.Array, attention_mask: jax.Array,
-               token_type_ids: jax.Array, *,
-               rngs: nnx.Rngs | None = None) -> jax.Array:
+               token_type_ids: jax.Array, *, rngs: nnx.Rngs | None = None,
+               first_only: bool = False) -> jax.Array:
     """Encodes `[batch, length]` ids; dropout only if `rngs` is given.
 
     Args:
@@ -343,6 +325,9 @@ class BertEncoder(nnx.Module):
       attention_mask: [batch, length], true (or 1) on real tokens.
       token_type_ids: int [batch, length] segment ids (0 query, 1 document).
       rngs: an `nnx.Rngs` with a `dropout` stream, for training only.
+      first_only: return only the first ([CLS]) position, [batch, hidden]:
+        the last layer then runs its attention query, feed-forward and norms
+        for that position alone (the same values, a layer's FLOPs less).
 
     Returns:
       Hidden states [batch, length, hidden_size] in `config.dtype`. Rows whose
@@ -350,6 +335,7 @@ class BertEncoder(nnx.Module):
     """
     mask_bl = attention_mask.astype(bool)
     x_bld = self.embeddings(input_ids, token_type_ids, rngs)
-    for layer in self.layers:
-      x_bld = layer(x_bld, mask_bl, rngs)
-    return x_bld
+    last = len(self.layers) - 1
+    for i, layer in enumerate(self.layers):
+      x_bld = layer(x_bld, mask_bl, rngs, first_only=first_only and i == last)
+    return x_bld[:, 0] if first_only else x_bld

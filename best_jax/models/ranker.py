@@ -43,8 +43,8 @@ class CrossEncoderRanker(nnx.Module):
     """
     leading = input_ids.shape[:-1]
     length = input_ids.shape[-1]
-    hidden_nld = self.encoder(input_ids.reshape(-1, length),
-                              attention_mask.reshape(-1, length),
-                              token_type_ids.reshape(-1, length), rngs=rngs)
-    cls_nd = hidden_nld[:, 0].astype(jnp.float32)
+    cls_nd = self.encoder(input_ids.reshape(-1, length),
+                          attention_mask.reshape(-1, length),
+                          token_type_ids.reshape(-1, length), rngs=rngs,
+                          first_only=True).astype(jnp.float32)
     return self.head(cls_nd)[:, 0].reshape(leading)

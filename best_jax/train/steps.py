@@ -170,18 +170,22 @@ def guarded_update(state: TrainState, loss: jax.Array, grads: Any,
   state keeps its values and records the step in `nonfinite_step`, and once
   set it never changes again. Returns (state, gradient norm)."""
   grad_norm = optax.global_norm(grads)
-  updates, opt_state = tx.update(grads, state.opt_state, state.params)
-  params = optax.apply_updates(state.params, updates)
   finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
   apply = finite & (state.nonfinite_step < 0)
-  keep = lambda new, old: jax.tree.map(
-      lambda n, o: jnp.where(apply, n, o), new, old)
+
+  def update(_):
+    updates, opt_state = tx.update(grads, state.opt_state, state.params)
+    return optax.apply_updates(state.params, updates), opt_state
+
+  # A branch, not a select over every parameter and moment: a skipped
+  # update is never computed and the kept state is not copied.
+  params, opt_state = jax.lax.cond(
+      apply, update, lambda _: (state.params, state.opt_state), None)
   nonfinite_step = jnp.where(
       (state.nonfinite_step < 0) & ~finite, state.step, state.nonfinite_step)
   return state.replace(
       step=jnp.where(apply, state.step + 1, state.step),
-      params=keep(params, state.params),
-      opt_state=keep(opt_state, state.opt_state),
+      params=params, opt_state=opt_state,
       nonfinite_step=nonfinite_step), grad_norm
 
 

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# The accelerator check: on one GPU host with this repository and Python 3.11+,
+#   bench/accelerator.sh OUTDIR             # venv, GPU install, parity, benchmarks
+#   bench/accelerator.sh OUTDIR --dry-run   # the same path on the CPU, small shapes
+# writes OUTDIR/{environment,parity,score_vs_torch,summary}.json and the logs,
+# in under 8 minutes (bench/accelerator.py gives each stage a time limit).
+#
+# The venv ($BEST_JAX_VENV, default /tmp/best_jax_accelerator_venv) sees the packages of the Python
+# that creates it ($PYTHON, default python3), so a host whose python3 already
+# has JAX with CUDA and PyTorch needs no download. Without network, wheels in
+# .whl/ at the repository root are used (launch/README.md: the offline host).
+set -uo pipefail
+
+if [[ $# -lt 1 || "$1" == -* ]]; then
+  echo "usage: $0 OUTDIR [--dry-run]" >&2
+  exit 2
+fi
+OUT=$1
+DRY=0
+[[ "${2:-}" == "--dry-run" ]] && DRY=1
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
+START=$(date +%s)
+log() { echo "[accelerator.sh $(( $(date +%s) - START )) s] $*"; }
+
+PY=${PYTHON:-python3}
+VENV=${BEST_JAX_VENV:-${TMPDIR:-/tmp}/best_jax_accelerator_venv}
+if [[ ! -x "$VENV/bin/python" ]]; then
+  log "creating $VENV from $PY"
+  "$PY" -m venv "$VENV" || { log "cannot create a venv with $PY"; exit 2; }
+  # The creating interpreter's packages stay visible (also when $PY is itself
+  # a venv's python, which --system-site-packages would skip).
+  parent=$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  site=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  echo "$parent" > "$site/_best_jax_parent.pth"
+fi
+PIP=("$VENV/bin/python" -m pip install --disable-pip-version-check -q
+     --retries 1 --timeout 15)
+[[ -d "$ROOT/.whl" ]] && PIP+=(--find-links "$ROOT/.whl")
+REQUIREMENTS=(-r "$ROOT/requirements.txt" -r "$ROOT/requirements-dev.txt")
+[[ $DRY == 0 ]] && REQUIREMENTS+=(-r "$ROOT/requirements-gpu.txt")
+log "installing requirements (pip log: $OUT/pip.log)"
+if ! timeout 240 "${PIP[@]}" "${REQUIREMENTS[@]}" > "$OUT/pip.log" 2>&1; then
+  log "the full install failed (offline host?); installing what the check needs"
+  timeout 120 "${PIP[@]}" -r "$ROOT/bench/requirements-accelerator.txt" \
+    >> "$OUT/pip.log" 2>&1 || log "that failed too; see $OUT/pip.log"
+fi
+missing=$("$VENV/bin/python" - <<'EOF'
+import importlib.util
+need = ["jax", "flax", "optax", "ml_collections", "rax", "safetensors",
+        "transformers", "torch", "pytest", "numpy"]
+print(" ".join(n for n in need if importlib.util.find_spec(n) is None))
+EOF
+)
+if [[ -n "$missing" ]]; then
+  log "missing Python packages: $missing (on an offline host put their wheels in $ROOT/.whl)"
+  echo "{\"error\": \"missing packages: $missing\"}" > "$OUT/summary.json"
+  exit 2
+fi
+
+export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONUNBUFFERED=1
+# JAX and PyTorch share the GPU: JAX takes at most half of its memory.
+export XLA_PYTHON_CLIENT_MEM_FRACTION=${XLA_PYTHON_CLIENT_MEM_FRACTION:-0.5}
+ARGS=(--out "$OUT")
+if [[ $DRY == 1 ]]; then
+  export JAX_PLATFORMS=cpu
+  ARGS+=(--dry-run)
+fi
+log "running the checks"
+"$VENV/bin/python" "$ROOT/bench/accelerator.py" "${ARGS[@]}"
+status=$?
+log "done (exit $status); figures in $OUT/summary.json"
+exit $status
