@@ -93,7 +93,7 @@ def test_model_names_map_to_stages():
     stage_and_key("qds", config, metrics)
   with pytest.raises(InputError, match="unknown model"):
     stage_and_key("bm25", config, metrics)
-  with pytest.raises(InputError, match="chosen on dev"):
+  with pytest.raises(InputError, match="names none"):
     stage_and_key("best", config, None)
 
 

@@ -186,6 +186,9 @@ def test_bad_input_is_one_line_exit_2_and_no_output(exported, files,
   assert f"{bad}:1:" in capsys.readouterr().err
   assert cli.main(common + ["--run", files["run"], "--interpolate",
                             "1.5"]) == 2
+  assert cli.main(common[:-2] + ["--run", files["run"], "--corpus",
+                                 str(tmp_path / "none.jsonl")]) == 2
+  assert "none.jsonl" in capsys.readouterr().err
   assert cli.main(["rerank", "--model", str(tmp_path), "--run", files["run"],
                    "--topics", files["topics"], "--corpus", files["corpus"],
                    "--out", str(out)]) == 2

@@ -5,9 +5,10 @@ A cross-encoder becomes a `BertForSequenceClassification` with one label:
 `config.json`, `model.safetensors` (`bert.*`, `classifier.*`) and the
 tokenizer files. best_jax's head reads the `[CLS]` hidden state `h` directly
 (`w · h + b`), while transformers puts a pooler `tanh(W h + c)` before the
-classifier; the export makes that pooler an exact identity: `W = 2⁻²⁰ · I`,
-`c = 0`, so `tanh` of inputs that small returns them unchanged in float32,
-and the classifier is `2²⁰ · w` (powers of two: both scalings are exact).
+classifier; the export makes that pooler the identity: `W = 2⁻²⁰ · I`,
+`c = 0`, so `tanh` of inputs that small returns them unchanged (to float32
+rounding), and the classifier is `2²⁰ · w` (powers of two: both scalings
+are exact, and best_jax reads the head back bit for bit).
 `AutoModelForSequenceClassification` then gives best_jax's score as its
 logit. (Fine-tuning the export further in transformers starts from that
 scaled pooler.)
@@ -178,8 +179,9 @@ def write_export(model: TrainedModel, out: str | os.PathLike) -> None:
   try:
     pad_id = _copy_tokenizer(model, staging)
     hf_config(model, pad_id).save_pretrained(staging)
-    save_file(hf_tensors(model), os.path.join(staging, "model.safetensors"),
-              metadata={"format": "pt"})
+    weights = os.path.join(staging, "model.safetensors")
+    save_file(hf_tensors(model), weights, metadata={"format": "pt"})
+    os.chmod(weights, 0o644)  # safetensors creates it private
     if model.kind == "bi":
       _sentence_transformers_files(model, staging)
     _write_json(manifest(model), staging, MANIFEST)

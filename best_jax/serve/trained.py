@@ -83,15 +83,25 @@ class TrainedModel:
 
   def make(self, rngs: nnx.Rngs) -> nnx.Module:
     """A fresh (random) model of this architecture."""
-    if self.kind == "bi":
-      return BiEncoderRanker(self.bert, similarity=self.similarity,
-                             scale=self.scale, rngs=rngs)
-    return CrossEncoderRanker(self.bert, rngs=rngs)
+    return make_model(self.kind, self.bert, self.config, rngs)
 
   def tokenizer(self):
     """The fast Hugging Face tokenizer the model was trained with."""
     return AutoTokenizer.from_pretrained(self.tokenizer_dir,
                                          local_files_only=True)
+
+
+def make_model(kind: str, bert: BertConfig,
+               config: ml_collections.ConfigDict, rngs: nnx.Rngs
+               ) -> nnx.Module:
+  """A random ranker of `kind` ("cross" or "bi", whose similarity and scale
+  come from `config.ranker`)."""
+  if kind == "bi":
+    return BiEncoderRanker(bert, rngs=rngs,
+                           similarity=config.ranker.get("similarity",
+                                                        "cosine"),
+                           scale=config.ranker.get("scale", 20.0))
+  return CrossEncoderRanker(bert, rngs=rngs)
 
 
 def _read_json(path: epath.Path) -> Any:
@@ -110,9 +120,10 @@ def stage_and_key(name: str, config: ml_collections.ConfigDict,
   if wanted == "best":
     selected = (metrics or {}).get("selected_best")
     if not selected:
-      raise InputError("`best` is the BeST iteration chosen on dev, which "
-                       "metrics.json names once the experiment has finished; "
-                       "name an iteration (best-1, best-2, ...) instead")
+      raise InputError("`best` is the BeST iteration chosen on dev, and "
+                       "metrics.json names none (the experiment has not "
+                       "finished, or trained no BeST); name an iteration "
+                       "(best-1, best-2, ...) instead")
     wanted = selected.lower()
   if wanted == "qds":
     raise InputError(
@@ -169,14 +180,14 @@ def from_workdir(workdir: str | os.PathLike, name: str) -> TrainedModel:
     raise InputError(f"stage {stage!r} has no parameters {key!r} (it has "
                      f"{', '.join(keys)})", os.fspath(record_path))
   bert = bert_config(config)
-  model = TrainedModel(
-      name=canonical, kind=kind, bert=bert, params=None, config=config,
-      tokenizer_dir=tokenizer_dir(config),
-      aggregation=config.eval.aggregation if key == "theta0" else key,
-      origin={"workdir": os.fspath(workdir), "stage": stage, "key": key})
-  _, like = abstract_params(model.make)
+  _, like = abstract_params(
+      lambda rngs: make_model(kind, bert, config, rngs))
   device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
   like = jax.tree.map(
       lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=device), like)
   params = load_params(root / "stages" / stage, {k: like for k in keys})[key]
-  return dataclasses.replace(model, params=jax.device_get(params))
+  return TrainedModel(
+      name=canonical, kind=kind, bert=bert, params=jax.device_get(params),
+      config=config, tokenizer_dir=tokenizer_dir(config),
+      aggregation=config.eval.aggregation if key == "theta0" else key,
+      origin={"workdir": os.fspath(workdir), "stage": stage, "key": key})
