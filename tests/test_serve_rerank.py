@@ -120,7 +120,8 @@ def test_rerank_command_run_evidence_and_the_rest(workdir, exported, files,
   assert cli.main(["rerank", "--model", exported, "--out", out,
                    "--evidence", evidence] + common) == 0
   assert cli.main(["rerank", "--workdir", workdir, "--model", "maxp",
-                   "--out", rest, "--keep-rest"] + common) == 0
+                   "--out", rest, "--keep-rest", "--queries-per-call", "3"]
+                  + common) == 0
   capsys.readouterr()
   top, full = trec.read_run(out), trec.read_run(rest)
   lines = [line.split() for line in open(out)]
@@ -129,7 +130,8 @@ def test_rerank_command_run_evidence_and_the_rest(workdir, exported, files,
     assert sum(1 for l in lines if l[0] == qid) == 5
     reranked = [d for d, _ in trec.ranked(first[qid])[:5]]
     assert set(top[qid]) == set(reranked)
-    # --keep-rest: the same scores on top, then the first stage's order.
+    # --keep-rest: the same scores on top (also scored 3 queries at a
+    # time), then the first stage's order.
     order = [d for d, _ in trec.ranked(full[qid])]
     assert order[:5] == [d for d, _ in trec.ranked(top[qid])]
     assert order[5:] == [d for d, _ in trec.ranked(first[qid])[5:]]

@@ -12,6 +12,7 @@ first stage's min-max-normalised score + (1 − α) · the model's, per query).
 OUT (atomic) carries those scores; with `--keep-rest` the rest of each
 query's first-stage list follows in its order, scored below (as the
 experiment's own runs are), otherwise each query has `--depth` rows.
+Queries go `--queries-per-call` at a time (memory stays bounded).
 `--evidence` writes one JSON line per (query, document): the best segment,
 its character span in the text and score, and every segment's score and
 span. Corpora: `.jsonl`/`.tsv` files or `ir_datasets` ids. Bad input: one
@@ -65,6 +66,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
   parser.add_argument("--evidence", default=None,
                       help="JSON lines file: each (query, document)'s "
                       "evidence segment (span, score) and all its segments")
+  parser.add_argument("--queries-per-call", type=int, default=64,
+                      help="queries whose documents are segmented and "
+                      "scored together (bounds memory; default 64)")
   parser.add_argument("--tag", default=None,
                       help="run tag (default: the model's name)")
 
@@ -118,8 +122,10 @@ def _evidence_lines(reranked: dict[str, dict[str, Scored]],
 
 
 def main(args: argparse.Namespace) -> int:
-  if args.depth < 1:
-    raise InputError(f"--depth must be at least 1, not {args.depth}")
+  for name in ("depth", "queries_per_call"):
+    if getattr(args, name) < 1:
+      raise InputError(f"--{name.replace('_', '-')} must be at least 1, not "
+                       f"{getattr(args, name)}")
   if args.interpolate is not None and not 0.0 <= args.interpolate <= 1.0:
     raise InputError(f"--interpolate must lie in [0, 1], not "
                      f"{args.interpolate}")
@@ -148,7 +154,8 @@ def main(args: argparse.Namespace) -> int:
 
   reranker = load_reranker(args)
   reranked = reranker.rerank_run(topics, candidates, documents,
-                                 aggregation=args.aggregation)
+                                 aggregation=args.aggregation,
+                                 queries_per_call=args.queries_per_call)
   model = {q: {d: s.score for d, s in scored.items()}
            for q, scored in reranked.items()}
   if args.interpolate is not None:

@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 
 import jax
 import numpy as np
+from tqdm.auto import tqdm
 
 from best_jax.experiment.inputs import QueryStore, SegmentCache
 from best_jax.experiment.models import rows_per_call, trainer_config
@@ -159,28 +160,45 @@ class Reranker:
   def rerank_run(self, topics: Mapping[str, str],
                  candidates: Mapping[str, Sequence[str]],
                  documents: Mapping[str, tuple[str, str]], *,
-                 aggregation: str | None = None, desc: str = "rerank"
-                 ) -> dict[str, dict[str, Scored]]:
+                 aggregation: str | None = None,
+                 queries_per_call: int = 64) -> dict[str, dict[str, Scored]]:
     """Scores each query's candidates (docids of `documents`, whose values
-    are (title, text)): `{qid: {docid: Scored}}`."""
+    are (title, text)): `{qid: {docid: Scored}}`.
+
+    Queries go `queries_per_call` at a time, each group's documents
+    segmented for it alone, so memory stays bounded for any run.
+    """
     aggregation = aggregation or self.aggregation
     if aggregation not in AGGREGATIONS:
       raise ValueError(f"unknown aggregation {aggregation!r}; one of "
                        f"{AGGREGATIONS}")
     qids = [q for q in candidates if candidates[q]]
+    out: dict[str, dict[str, Scored]] = {}
+    with tqdm(total=len(qids), desc="rerank", unit="query",
+              disable=len(qids) <= queries_per_call) as bar:
+      for start in range(0, len(qids), queries_per_call):
+        group = qids[start:start + queries_per_call]
+        out.update(self._rerank_group(topics, {q: candidates[q]
+                                               for q in group},
+                                      documents, aggregation))
+        bar.update(len(group))
+    return out
+
+  def _rerank_group(self, topics, candidates, documents, aggregation
+                    ) -> dict[str, dict[str, Scored]]:
     queries = QueryStore.build(self.segmenter,
-                               {q: topics[q] for q in qids})
+                               {q: topics[q] for q in candidates})
     cache = SegmentCache(self.segmenter, documents, training=False)
     rows = BiRows if self.model.kind == "bi" else CrossRows
     self._segments.rows = rows(cache, queries, self.segmenter)
-    pairs = [(q, d) for q in qids for d in candidates[q]]
+    pairs = [(q, d) for q, ds in candidates.items() for d in ds]
     scores = self._segment_scorer.score(
-        self.params, pairs, desc=desc,
+        self.params, pairs, desc="score",
         max_segments=1 if aggregation == "first" else None).host()
     out: dict[str, dict[str, Scored]] = {}
-    for qid in qids:
+    for qid, docids in candidates.items():
       out[qid] = {}
-      for index, docid in enumerate(candidates[qid]):
+      for index, docid in enumerate(docids):
         values = scores[(qid, docid)]
         spans = cache[docid].spans_s2[:len(values)]
         out[qid][docid] = Scored(
