@@ -32,6 +32,12 @@ COMMANDS = {
             "FLOPs, memory"),
     "explain": ("best_jax.select.explain",
                 "show each query's selected evidence segment (HTML + text)"),
+    "export": ("best_jax.serve.export",
+               "export a trained model as a Hugging Face directory"),
+    "score": ("best_jax.serve.score",
+              "score one (query, text) pair with a trained model"),
+    "rerank": ("best_jax.serve.rerank",
+               "rerank a TREC run with a trained model"),
 }
 
 

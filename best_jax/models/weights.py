@@ -1,4 +1,5 @@
-"""Import of Hugging Face BERT weights into the NNX encoder and ranker.
+"""Import of Hugging Face BERT weights into the NNX encoder and ranker, and
+the inverse (`encoder_tensors`, for `best_jax export`).
 
 Reads `model.safetensors` (or a sharded `model.safetensors.index.json`).
 `pytorch_model.bin` is a pickle, which can execute code when loaded: it is read
@@ -93,45 +94,50 @@ def _strip_prefix(name: str) -> str:
                 re.sub(r"LayerNorm\.beta$", "LayerNorm.bias", name))
 
 
-def _encoder_names(config: BertConfig) -> dict[str, tuple[Path, Convert]]:
-  """HF tensor name → (NNX path inside the encoder, conversion)."""
+def _encoder_names(config: BertConfig
+                   ) -> dict[str, tuple[Path, Convert, Convert]]:
+  """HF tensor name → (NNX path inside the encoder, conversion, inverse)."""
   heads, head_dim = config.num_heads, config.head_dim
   hidden = config.hidden_size
-  same = lambda w: w  # noqa: E731
-  transpose = lambda w: w.T  # noqa: E731
-  names: dict[str, tuple[Path, Convert]] = {}
+  same = (lambda w: w, lambda w: w)
+  transpose = (lambda w: w.T, lambda w: w.T)
+  # [out, in] → [embed, heads, kv] and [heads, kv, embed], and back.
+  qkv_kernel = (lambda w: w.T.reshape(hidden, heads, head_dim),
+                lambda k: k.reshape(hidden, heads * head_dim).T)
+  qkv_bias = (lambda b: b.reshape(heads, head_dim),
+              lambda b: b.reshape(heads * head_dim))
+  out_kernel = (lambda w: w.T.reshape(heads, head_dim, hidden),
+                lambda k: k.reshape(heads * head_dim, hidden).T)
+  names: dict[str, tuple[Path, Convert, Convert]] = {}
 
   def norm(hf: str, path: Path):
-    names[f"{hf}.weight"] = (path + ("scale",), same)
-    names[f"{hf}.bias"] = (path + ("bias",), same)
+    names[f"{hf}.weight"] = (path + ("scale",), *same)
+    names[f"{hf}.bias"] = (path + ("bias",), *same)
 
   for hf, nnx_name in (("word", "word"), ("position", "position"),
                        ("token_type", "token_type")):
     names[f"embeddings.{hf}_embeddings.weight"] = (
-        ("embeddings", nnx_name, "embedding"), same)
+        ("embeddings", nnx_name, "embedding"), *same)
   norm("embeddings.LayerNorm", ("embeddings", "norm"))
   for i in range(config.num_layers):
     hf, layer = f"encoder.layer.{i}", ("layers", i)
     for part in ("query", "key", "value"):
       names[f"{hf}.attention.self.{part}.weight"] = (
-          layer + ("attention", part, "kernel"),
-          lambda w: w.T.reshape(hidden, heads, head_dim))
+          layer + ("attention", part, "kernel"), *qkv_kernel)
       names[f"{hf}.attention.self.{part}.bias"] = (
-          layer + ("attention", part, "bias"),
-          lambda b: b.reshape(heads, head_dim))
+          layer + ("attention", part, "bias"), *qkv_bias)
     names[f"{hf}.attention.output.dense.weight"] = (
-        layer + ("attention", "output", "kernel"),
-        lambda w: w.T.reshape(heads, head_dim, hidden))
+        layer + ("attention", "output", "kernel"), *out_kernel)
     names[f"{hf}.attention.output.dense.bias"] = (
-        layer + ("attention", "output", "bias"), same)
+        layer + ("attention", "output", "bias"), *same)
     norm(f"{hf}.attention.output.LayerNorm", layer + ("attention_norm",))
     names[f"{hf}.intermediate.dense.weight"] = (
-        layer + ("intermediate", "kernel"), transpose)
+        layer + ("intermediate", "kernel"), *transpose)
     names[f"{hf}.intermediate.dense.bias"] = (
-        layer + ("intermediate", "bias"), same)
+        layer + ("intermediate", "bias"), *same)
     names[f"{hf}.output.dense.weight"] = (layer + ("output", "kernel"),
-                                          transpose)
-    names[f"{hf}.output.dense.bias"] = (layer + ("output", "bias"), same)
+                                          *transpose)
+    names[f"{hf}.output.dense.bias"] = (layer + ("output", "bias"), *same)
     norm(f"{hf}.output.LayerNorm", layer + ("output_norm",))
   return names
 
@@ -162,7 +168,20 @@ def encoder_arrays(tensors: dict[str, np.ndarray], config: BertConfig,
                      f"{config.num_layers} layers ({'; '.join(parts)}; the "
                      "pooler is ignored on purpose)", source)
   return {path: convert(np.asarray(by_name[name]))
-          for name, (path, convert) in expected.items()}
+          for name, (path, convert, _) in expected.items()}
+
+
+def encoder_tensors(arrays: dict[Path, np.ndarray], config: BertConfig
+                    ) -> dict[str, np.ndarray]:
+  """The inverse of `encoder_arrays`: `{nnx_path: array}` of an encoder →
+  Hugging Face `BertModel` tensors by name (no pooler), float32, contiguous.
+
+  Raises:
+    KeyError: a parameter of the encoder is missing from `arrays`.
+  """
+  return {name: np.ascontiguousarray(invert(np.asarray(arrays[path])),
+                                     dtype=np.float32)
+          for name, (path, _, invert) in _encoder_names(config).items()}
 
 
 def _assign(abstract: nnx.Module, arrays: dict[Path, np.ndarray],
