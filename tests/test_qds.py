@@ -290,3 +290,82 @@ def test_load_qds_ranker_from_minilm():
   long = _random_batch(bert.config, 1, 700)
   scores = nnx.jit(lambda model, batch: model(**batch))(ranker, long)
   assert scores.shape == (1,) and bool(jnp.isfinite(scores[0]))
+
+
+PROSE = ("The river rises in the northern hills and runs south past the old "
+         "town. Its water turned the mills that made the town rich. Merchants "
+         "built warehouses along the banks in the seventeenth century. A "
+         "stone bridge replaced the ferry in 1740. The bridge still carries "
+         "traffic today, although a bypass was opened in 1968. Floods "
+         "damaged the lower streets several times. After the flood of 1953 "
+         "the council raised the embankments. Today the riverside is a park "
+         "with a market on Saturdays. ")
+
+
+def test_sentence_start_token_is_a_reserved_entry():
+  from best_jax.models import pretrained
+  from best_jax.segments.qds_inputs import SENTENCE_START, sentence_start_id
+  tokenizer = pretrained.load_tokenizer()
+  start = sentence_start_id(tokenizer)
+  assert SENTENCE_START == "[unused0]"
+  assert start == tokenizer.convert_tokens_to_ids("[unused0]")
+  assert start not in (tokenizer.cls_token_id, tokenizer.sep_token_id,
+                       tokenizer.unk_token_id)
+  # No text is tokenized into it.
+  assert start not in tokenizer(PROSE + " [unused0] unused0")["input_ids"]
+  with pytest.raises(InputError, match="not in the tokenizer's vocabulary"):
+    sentence_start_id(tokenizer, "[no such token]")
+
+
+def _marker_attention(encoder, batch, sentence_mask):
+  """Per layer: attention mass (mean over heads) the pooled position 0 and
+  the document's other tokens put on the sentence-start markers."""
+  mask = jnp.asarray(batch["attention_mask"])
+  x = encoder.embeddings(jnp.asarray(batch["input_ids"]),
+                         jnp.asarray(batch["token_type_ids"]))
+  words = (batch["attention_mask"] & (batch["token_type_ids"] == 1)
+           & ~sentence_mask)
+  pooled, others = [], []
+  for layer in encoder.layers:
+    q, k = layer.attention.query(x), layer.attention.key(x)
+    logits = jnp.einsum("bqhd,bkhd->bhqk", q, k) / np.sqrt(q.shape[-1])
+    logits = jnp.where(mask[:, None, None], logits, -1e9)
+    probs = np.asarray(jax.nn.softmax(logits, -1).mean(1))
+    on_markers = (probs * sentence_mask[:, None, :]).sum(-1)
+    pooled.append(float(on_markers[:, 0].mean()))
+    others.append(float((on_markers * words).sum() / words.sum()))
+    x = layer(x, mask)
+  return np.asarray(pooled), np.asarray(others)
+
+
+def test_default_sentence_markers_are_not_attention_sinks():
+  """Pretrained MiniLM on a 512-token QDS row of prose: `[CLS]` markers
+  (the old default) take most of the pooled token's attention in the middle
+  layers and a large share of every word's; `[unused0]` markers do not."""
+  from best_jax.models import pretrained
+  from best_jax.models.weights import load_encoder
+  from best_jax.segments.config import SegmenterConfig
+  from best_jax.segments.qds_inputs import sentence_start_id
+  from best_jax.segments.segmenter import Segmenter
+  tokenizer = pretrained.load_tokenizer()
+  segmenter = Segmenter(SegmenterConfig(), tokenizer=tokenizer)
+  (document,) = segmenter.tokenize([("Riverside", PROSE * 6)])
+  ids_nq, mask_nq = segmenter.tokenize_queries(
+      ["when was the stone bridge built"])
+  encoder = load_encoder(pretrained.checkpoint_dir())
+  shares = {}
+  for name, start in (("cls", None), ("default",
+                                      sentence_start_id(tokenizer))):
+    config = QdsInputConfig(max_len=512, max_sentences=64,
+                            sentence_start_id=start)
+    batch = build_qds_inputs(ids_nq, mask_nq, [document], config=config,
+                             special=segmenter.special)
+    assert batch["sentence_mask"].sum() >= 30
+    shares[name] = _marker_attention(encoder, batch, batch["sentence_mask"])
+  cls_pooled, cls_words = shares["cls"]
+  pooled, words = shares["default"]
+  print("[CLS] markers:", cls_pooled.round(2), cls_words.round(2))
+  print("default markers:", pooled.round(2), words.round(2))
+  # Layers 3-5, where MiniLM's [CLS] is its own sink in plain rows.
+  assert cls_pooled[2:5].min() > 0.5 and cls_words[2:5].min() > 0.3
+  assert pooled[2:5].max() < 0.15 and words[2:5].max() < 0.2

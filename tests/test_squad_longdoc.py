@@ -58,6 +58,35 @@ def test_read_squad_keeps_order_titles_and_questions(tmp_path):
                                          "Beyoncé 2"]
   assert articles[0].paragraphs[1].questions[0].text == "What is it?"
   assert [q.qid for q in articles[1].paragraphs[0].questions] == ["01000"]
+  assert articles[0].paragraphs[0].questions[0].answers == ((0, "Marker"),)
+
+
+def test_answers_become_distinct_document_offsets(tmp_path):
+  context = "Alpha beta. The river Nile flows north."
+
+  def article(a):
+    return {"title": f"T{a}", "paragraphs": [
+        {"context": "First paragraph here.", "qas": []},
+        {"context": context, "qas": [
+            {"id": f"q1-{a}", "question": "Which river?", "answers": [
+                {"text": "Nile", "answer_start": 22},
+                {"text": "The river Nile", "answer_start": 12},
+                {"text": "Nile", "answer_start": 22}]},
+            {"id": f"q2-{a}", "question": "No answers?"}]}]}
+  obj = {"data": [article(a) for a in range(3)]}
+  path = _write(tmp_path, obj)
+  articles, _ = sl.read_squad(path)
+  # Duplicates of one annotator's span are kept once, in annotator order.
+  assert articles[0].paragraphs[1].questions[0].answers == (
+      (22, "Nile"), (12, "The river Nile"))
+  assert articles[0].paragraphs[1].questions[1].answers == ()
+  data = sl.load(path, sl.Options(median_tokens=10_000), count_tokens=_words)
+  queries = {q.qid: q for qs in data.queries.values() for q in qs}
+  q1 = queries["q1-0"]
+  doc = {d.id: d for d in data.documents}[q1.docid]
+  assert [doc.text[a:b] for a, b in q1.answers] == ["Nile", "The river Nile"]
+  assert all(q1.start <= a < b <= q1.end for a, b in q1.answers)
+  assert q1.start == len("First paragraph here.") + 2
 
 
 @pytest.mark.parametrize("content, message", [
@@ -74,6 +103,16 @@ def test_read_squad_keeps_order_titles_and_questions(tmp_path):
     ('{"data": [{"title": "T", "paragraphs": [{"context": "c", "qas": '
      '[{"id": "x", "question": "q"}, {"id": "x", "question": "r"}]}]}]}',
      "duplicate question id 'x'"),
+    ('{"data": [{"title": "T", "paragraphs": [{"context": "the cat", "qas": '
+     '[{"id": "x", "question": "q", "answers": [{"text": "cat", '
+     '"answer_start": 3}]}]}]}]}',
+     r"qas\[0\].answers\[0\]: the context at answer_start 3 is not"),
+    ('{"data": [{"title": "T", "paragraphs": [{"context": "the cat", "qas": '
+     '[{"id": "x", "question": "q", "answers": [{"text": "cat"}]}]}]}]}',
+     r"answers\[0\]: missing or non-integer 'answer_start'"),
+    ('{"data": [{"title": "T", "paragraphs": [{"context": "the cat", "qas": '
+     '[{"id": "x", "question": "q", "answers": {"text": "cat"}}]}]}]}',
+     "missing or non-list 'answers'"),
 ])
 def test_read_squad_rejects_bad_files(tmp_path, content, message):
   path = _write(tmp_path, content)
@@ -173,6 +212,41 @@ def test_dev_set_lengths_with_the_default_seed(shared):
   assert count([d.text for d in sample]) == [d.tokens for d in sample]
 
 
+def test_exported_answer_offsets_give_squads_answer_texts(shared, tmp_path):
+  """On dev-v1.1.json: in gold.*.jsonl every question's answers, read at the
+  exported document offsets, are SQuAD's answer texts (distinct, in annotator
+  order) and lie inside the gold paragraph; old fields are unchanged."""
+  squad_json = shared("squad", "dev-v1.1.json")
+  out = tmp_path / "out"
+  prepare.prepare_squad_longdoc(squad_json, str(out), tfds=False,
+                                segment_stats=False)
+  with open(squad_json, encoding="utf-8") as f:
+    expected = {}
+    for article in json.load(f)["data"]:
+      for paragraph in article["paragraphs"]:
+        for qa in paragraph["qas"]:
+          texts = []
+          for answer in qa["answers"]:
+            key = (answer["answer_start"], answer["text"])
+            if key not in texts:
+              texts.append(key)
+          expected[qa["id"]] = ([t for _, t in texts], paragraph["context"])
+  corpus = {json.loads(line)["id"]: json.loads(line)["text"] for line in
+            (out / "corpus.jsonl").read_text().splitlines()}
+  seen = 0
+  for split in sl.SPLITS:
+    for line in (out / f"gold.{split}.jsonl").read_text().splitlines():
+      g = json.loads(line)
+      assert list(g) == ["qid", "docid", "start", "end", "answers"]
+      text = corpus[g["docid"]]
+      answers, context = expected[g["qid"]]
+      assert text[g["start"]:g["end"]] == context
+      assert [text[a:b] for a, b in g["answers"]] == answers
+      assert all(g["start"] <= a < b <= g["end"] for a, b in g["answers"])
+      seen += 1
+  assert seen == len(expected) == 10570
+
+
 # ------------------------------------------------------------------ prepare
 
 def test_find_squad_json_says_how_to_get_the_file(tmp_path, monkeypatch):
@@ -249,6 +323,8 @@ def test_prepare_is_byte_identical_and_readable_without_tensorflow(tmp_path):
       assert example["docid"].decode() == g["docid"]
       assert (example["gold_start"], example["gold_end"]) == (g["start"],
                                                               g["end"])
+      assert [list(a) for a in zip(example["answer_starts"],
+                                   example["answer_ends"])] == g["answers"]
       ranking = [d for d, _ in trec.ranked(run[qid])]
       assert [d.decode() for d in example["candidates"]] == ranking
       np.testing.assert_allclose(example["scores"],
@@ -258,6 +334,7 @@ def test_prepare_is_byte_identical_and_readable_without_tensorflow(tmp_path):
       text = corpus[g["docid"]]["text"]
       assert text[g["start"]:g["end"]].startswith(
           "Marker " + topic.title.split()[-1].rstrip("?"))
+      assert [text[a:b] for a, b in g["answers"]] == ["Marker"]
   docs = SquadLongdocBuilder(data_dir=tfds_dir, config="corpus"
                              ).as_data_source(split="corpus")
   assert [d["id"].decode() for d in docs] == list(corpus)

@@ -9,7 +9,9 @@ writes, all atomically and identical for the same input and seed:
   DIR/topics.{train,dev,test}.tsv    qid<TAB>question
   DIR/qrels.{train,dev,test}.txt     the chunk holding the question, grade 1
   DIR/bm25.{train,dev,test}.run      BM25 top-100 over all chunks
-  DIR/gold.{train,dev,test}.jsonl    qid, docid, start, end (gold paragraph)
+  DIR/gold.{train,dev,test}.jsonl    qid, docid, start, end (gold paragraph),
+                                     answers ([[start, end], ...]: every
+                                     annotator's distinct answer span)
   DIR/stats.json                     lengths, splits, segments, BM25 coverage
 
 The SQuAD file is `--squad-json`, else $BEST_JAX_SQUAD_JSON, else
@@ -84,7 +86,7 @@ def export(dataset: sl.SquadLongdoc, run: trec.Run, out: str,
     with atomic_write(names["gold"]) as f:
       for q in dataset.queries[split]:
         record = {"qid": q.qid, "docid": q.docid, "start": q.start,
-                  "end": q.end}
+                  "end": q.end, "answers": [list(a) for a in q.answers]}
         f.write(json.dumps(record) + "\n")
     paths.extend(names.values())
   return paths
@@ -131,6 +133,9 @@ def statistics(dataset: sl.SquadLongdoc, run: trec.Run, squad_json: str,
       "articles": len({d.article for d in docs}),
       "paragraphs": sum(len(d.paragraph_spans) for d in docs),
       "questions": sum(len(qs) for qs in dataset.queries.values()),
+      "answers_per_question": _summary(
+          [len(q.answers) for qs in dataset.queries.values() for q in qs]
+          or [0]),
       "skipped_blank_questions": dataset.skipped_questions,
       "documents": {
           "count": len(docs),

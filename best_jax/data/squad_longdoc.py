@@ -10,6 +10,8 @@ From a SQuAD v1.1 JSON file (`{"data": [{"title", "paragraphs": [{"context",
 - a query is a question (id = the SQuAD question id); its one relevant
   document (grade 1) is the chunk holding the question's paragraph, and its
   gold passage is that paragraph, as a character span of the document text;
+  its answers are every annotator's answer span, moved to document character
+  offsets (distinct spans, in annotator order);
 - articles are shuffled with the seed and cut into train/dev/test, so that no
   article (and no document) is in two splits.
 
@@ -62,8 +64,10 @@ class Options:
 
 @dataclasses.dataclass(frozen=True)
 class Question:
+  """A question; `answers` are `(answer_start, text)` in its paragraph."""
   qid: str
   text: str
+  answers: tuple[tuple[int, str], ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,12 +97,15 @@ class LongDocument:
 
 @dataclasses.dataclass(frozen=True)
 class Query:
-  """A question with its relevant document and gold passage `[start, end)`."""
+  """A question with its relevant document, gold passage `[start, end)` and
+  answer spans `[(start, end), ...]`, all character offsets of the document
+  text (the answers lie inside the gold passage)."""
   qid: str
   text: str
   docid: str
   start: int
   end: int
+  answers: tuple[tuple[int, int], ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -159,7 +166,8 @@ def read_squad(path: str | os.PathLike) -> tuple[list[Article], int]:
         if not text:
           skipped += 1
           continue
-        questions.append(Question(qid, text))
+        answers = _answers(raw_qa, context, where_q, path)
+        questions.append(Question(qid, text, answers))
       paragraphs.append(Paragraph(context, tuple(questions)))
     articles.append(Article(a, _readable_title(title), tuple(paragraphs)))
   return articles, skipped
@@ -174,6 +182,28 @@ def _string(raw, key: str, where: str, path, allow_blank=False) -> str:
   if not allow_blank and not value.strip():
     raise InputError(f"{where}: empty {key!r}", path)
   return value
+
+
+def _answers(raw_qa: dict, context: str, where: str, path
+             ) -> tuple[tuple[int, str], ...]:
+  """The distinct `(answer_start, text)` of a question (none when the file
+  has no "answers"); each must be its paragraph's text at that offset."""
+  if "answers" not in raw_qa:
+    return ()
+  out = []
+  for i, raw in enumerate(_list(raw_qa, "answers", where, path)):
+    where_a = f"{where}.answers[{i}]"
+    text = _string(raw, "text", where_a, path)
+    start = raw.get("answer_start")
+    if not isinstance(start, int) or isinstance(start, bool) or start < 0:
+      raise InputError(f"{where_a}: missing or non-integer 'answer_start'",
+                       path)
+    if context[start:start + len(text)] != text:
+      raise InputError(f"{where_a}: the context at answer_start {start} is "
+                       f"not the answer text {text!r}", path)
+    if (start, text) not in out:
+      out.append((start, text))
+  return tuple(out)
 
 
 def _list(raw, key: str, where: str, path) -> list:
@@ -276,8 +306,9 @@ def build(articles: Sequence[Article], token_counts: Sequence[Sequence[int]],
       for paragraph, (lo, hi) in zip(article.paragraphs[first:first + size],
                                      spans):
         for q in paragraph.questions:
+          answers = tuple((lo + a, lo + a + len(t)) for a, t in q.answers)
           queries[split_of[article.index]].append(
-              Query(q.qid, q.text, docid, lo, hi))
+              Query(q.qid, q.text, docid, lo, hi, answers))
       first += size
   return SquadLongdoc(tuple(documents),
                       {s: tuple(qs) for s, qs in queries.items()},

@@ -6,7 +6,8 @@ Two configs of one builder, written as array_record files that
 - `queries` (splits `train`, `dev`, `test`), one example per question:
   `qid`, `question`, `docid` (the relevant document), `gold_start`/`gold_end`
   (the gold paragraph as a character span `[start, end)` of that document's
-  text), `candidates` (BM25 top-100 docids over the whole corpus, best first)
+  text), `answer_starts`/`answer_ends` (every annotator's distinct answer
+  span, same offsets), `candidates` (BM25 top-100 docids over the whole corpus, best first)
   and `scores` (their BM25 scores). The relevant document may be missing from
   `candidates` when BM25 ranks it below 100.
 - `corpus` (split `corpus`), one example per document: `id`, `title`, `text`,
@@ -61,8 +62,9 @@ class SquadLongdocBuilder(tfds.core.GeneratorBasedBuilder):
   """
 
   name = "squad_longdoc"
-  VERSION = tfds.core.Version("1.0.0")
-  RELEASE_NOTES = {"1.0.0": "First release."}
+  VERSION = tfds.core.Version("1.1.0")
+  RELEASE_NOTES = {"1.0.0": "First release.",
+                   "1.1.0": "queries: answer_starts and answer_ends."}
   BUILDER_CONFIGS = [
       SquadLongdocConfig(name="queries", kind="queries"),
       SquadLongdocConfig(name="corpus", kind="corpus"),
@@ -89,6 +91,8 @@ class SquadLongdocBuilder(tfds.core.GeneratorBasedBuilder):
       features = {
           "qid": text, "question": text, "docid": text,
           "gold_start": np.int64, "gold_end": np.int64,
+          "answer_starts": tfds.features.Sequence(np.int64),
+          "answer_ends": tfds.features.Sequence(np.int64),
           "candidates": tfds.features.Sequence(text),
           "scores": tfds.features.Sequence(np.float32),
       }
@@ -152,6 +156,10 @@ class SquadLongdocBuilder(tfds.core.GeneratorBasedBuilder):
       yield query.qid, {
           "qid": query.qid, "question": query.text, "docid": query.docid,
           "gold_start": query.start, "gold_end": query.end,
+          "answer_starts": np.asarray([a for a, _ in query.answers],
+                                      dtype=np.int64),
+          "answer_ends": np.asarray([b for _, b in query.answers],
+                                    dtype=np.int64),
           "candidates": [docid for docid, _ in ranking],
           "scores": np.asarray([s for _, s in ranking], dtype=np.float32),
       }

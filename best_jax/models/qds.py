@@ -46,8 +46,9 @@ class QdsConfig:
       for tests and benchmarks; no attention dropout).
     head_dropout: dropout before each of the head's two linear layers.
     sentence_start_id: the `[S]` token id of the inputs
-      (`QdsInputConfig.sentence_start_id`, default the tokenizer's `[CLS]`);
-      lets the ranker find its global tokens from the three BERT inputs.
+      (`QdsInputConfig.sentence_start_id`; `qds_inputs.sentence_start_id`
+      gives `[unused0]`'s); lets the ranker find its global tokens from the
+      three BERT inputs.
   """
   window: int = 64
   pattern: str = "qds"
