@@ -1,5 +1,5 @@
-"""Experiment outputs: reranked runs keep the first stage below, segment P@1,
-the paired t-test convention, and the tables."""
+"""Experiment outputs: reranked runs keep the first stage below, the paired
+t-test convention, and the tables (segment P@1 itself: test_evidence.py)."""
 
 import numpy as np
 import pytest
@@ -21,16 +21,6 @@ def test_full_run_puts_reranked_documents_above_the_rest():
   assert run["q"]["c"] < -2.0 and run["q"]["d"] < run["q"]["c"]
   means, _ = trec_eval.evaluate(run, {"q": {"a": 1}}, ["recip_rank"])
   assert means["recip_rank"] == 0.5
-
-
-def test_segment_p_at_1_counts_overlap_with_gold():
-  spans = {("q1", "d"): [[0, 10], [10, 20]], ("q2", "e"): [[0, 5], [6, 9]]}
-  gold = {("q1", "d"): (12, 15), ("q2", "e"): (0, 3)}
-  assert evaluation.segment_p_at_1({("q1", "d"): 1, ("q2", "e"): 1}, spans,
-                                   gold) == 0.5
-  assert evaluation.segment_p_at_1({("q1", "d"): 1, ("q2", "e"): 0}, spans,
-                                   gold) == 1.0
-  assert not evaluation.overlaps([0, 10], (10, 12))  # touching is not sharing
 
 
 def test_paired_t_test_matches_scipy_and_conventions():
@@ -58,7 +48,8 @@ def test_tables_mark_significance_and_list_selectors():
   metrics = {"test_queries": 6, "rerank_depth": 5, "means": means,
              "significance": report.significance(per_query,
                                                  ("FirstP", "BM25")),
-             "segment_p_at_1": {"Random": 0.25, "BeST-1": 0.5},
+             "segment_p_at_1": {"Random": {"answer": 0.25, "majority": 0.3},
+                                "BeST-1": {"answer": 0.5, "majority": 0.6}},
              "dev_mrr": {"BeST-1": 0.61}}
   table1 = report.table1(metrics)
   best_line = next(l for l in table1.splitlines() if l.startswith("| BeST-1"))
@@ -66,8 +57,9 @@ def test_tables_mark_significance_and_list_selectors():
   bm25_line = next(l for l in table1.splitlines() if l.startswith("| BM25"))
   assert "†" not in bm25_line and "‡" not in bm25_line
   table2 = report.table2(metrics)
-  assert "| BeST-1 | 0.5000 | 0.610 |" in table2
-  assert "| Random | 0.2500 | — |" in table2
+  assert "| selector | P@1 (answer) | P@1 (majority) | dev MRR@10 |" in table2
+  assert "| BeST-1 | 0.500 | 0.600 | 0.610 |" in table2
+  assert "| Random | 0.250 | 0.300 | — |" in table2
 
 
 def test_explain_highlights_the_best_segment(tmp_path):

@@ -259,7 +259,7 @@ def compile_steps(topology_name: str, config: ml_collections.ConfigDict,
         row_length=s.max_len, segments=max(s.max_segments or 0, s.k_train),
         joint="best" in regimes, bi=kind == "bi")
   if "qds" in regimes:
-    _, qds = qds_configs(config, sentence_start_id=0)  # ids: any
+    _, qds = qds_configs(config, start_id=1)  # Any id: shapes only
     qds_model = dataclasses.replace(model,
                                     max_position_embeddings=config.qds.max_len)
     settings.optimizer.learning_rate = config.qds.learning_rate

@@ -15,7 +15,6 @@ and gold passages, from the source a config names (`config.data.name`).
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 
 import ml_collections
@@ -25,14 +24,15 @@ from best_jax.data import prepare
 from best_jax.data import squad_longdoc as sl
 from best_jax.data import trec
 from best_jax.data.corpus import load_cranfield, read_corpus
-from best_jax.data.files import read_lines
 from best_jax.data.trec import Qrels, Run
 from best_jax.errors import InputError
+from best_jax.evaluate.evidence import Evidence, read_evidence
 from best_jax.rerank.folds import read_folds
 from best_jax.retrieval.bm25 import bm25_run
 
 SPLITS = ("train", "dev", "test")
-Gold = dict[tuple[str, str], tuple[int, int]]
+# Per (qid, relevant docid): the gold passage and answer spans (SQuAD's).
+Gold = dict[tuple[str, str], Evidence]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,7 +132,11 @@ def synthetic_data(num_queries: int = 48, num_docs: int = 40,
   for (qid, docid), where in gold.items():
     sentences = sentences_of[docid]
     start = sum(len(s) + 1 for s in sentences[:where])
-    spans[(qid, docid)] = (start, start + len(sentences[where]))
+    # The passage is the sentence; the answer, the query's words in it.
+    answer = start + sentences[where].index(topics[qid])
+    spans[(qid, docid)] = Evidence(
+        (start, start + len(sentences[where])),
+        ((answer, answer + len(topics[qid])),))
   run = bm25_run({d: f"{t} {x}" for d, (t, x) in documents.items()}, topics,
                  k=20, stem=False, show_progress=False)
   qids = list(topics)
@@ -151,19 +155,6 @@ def _synthetic(data: ml_collections.ConfigDict, workdir: str
 
 
 # -------------------------------------------------------------- squad_longdoc
-
-def _read_gold(path: str) -> Gold:
-  gold = {}
-  for number, line in read_lines(path):
-    if line.strip():
-      try:
-        r = json.loads(line)
-        gold[(str(r["qid"]), str(r["docid"]))] = (int(r["start"]),
-                                                  int(r["end"]))
-      except (ValueError, KeyError, TypeError) as e:
-        raise InputError(f"bad gold record: {e}", path, number) from None
-  return gold
-
 
 def _squad_longdoc(data: ml_collections.ConfigDict, workdir: str
                    ) -> ExperimentData:
@@ -188,7 +179,7 @@ def _squad_longdoc(data: ml_collections.ConfigDict, workdir: str
               trec.read_topics(path("topics", "tsv")).items()}
     splits[split] = Split(topics, trec.read_qrels(path("qrels", "txt")),
                           trec.read_run(path("bm25", "run")),
-                          _read_gold(path("gold", "jsonl")))
+                          read_evidence(path("gold", "jsonl")))
   # The BM25 runs rank every split's documents (evaluation reranks them all),
   # but training negatives must come from the train articles only: a dev or
   # test document is never a training positive, so drawing it as a negative

@@ -1,5 +1,6 @@
 """Evaluating an experiment's models: dev MRR@10 for model selection, test
-runs that carry the models' scores, and segment P@1 (the paper's Table 2).
+runs that carry the models' scores, and segment P@1 (the paper's Table 2)
+by the criteria of `evaluate.evidence`.
 
 Runs: a model reranks each test query's first-stage top `eval.depth`; those
 documents carry the model's (aggregated) scores, and the rest of the
@@ -14,6 +15,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from best_jax.data import trec
+from best_jax.evaluate import evidence
 from best_jax.evaluate import trec_eval
 from best_jax.experiment.inputs import Inputs, Pair
 from best_jax.experiment.workdir import Workdir
@@ -25,7 +27,10 @@ from best_jax.train.loop import Evaluate
 DEV_METRIC = "recip_rank_cut_10"
 TEST_METRICS = ("ndcg_cut_10", "recip_rank_cut_10", "map", "ndcg_cut_20",
                 "P_20", "recip_rank")
-CEILING = "Ceiling (gold among the scored segments)"
+CEILING = "Ceiling (evidence among the scored segments)"
+# Segment P@1 criteria (`evaluate.evidence`): the segment holds an answer
+# span; it is mostly the gold passage.
+P_AT_1_CRITERIA = ("answer", "majority")
 SEGMENTS = "segments"  # WORKDIR/segments/NAME.json: test segment scores
 
 
@@ -109,40 +114,31 @@ def test_scores(workdir: Workdir, inputs: Inputs, scorer: SegmentScorer,
   return scores
 
 
-def overlaps(span: Sequence[int], gold: Sequence[int]) -> bool:
-  """True when a segment's character span shares text with the gold span."""
-  return min(span[1], gold[1]) > max(span[0], gold[0])
-
-
-def segment_p_at_1(chosen: Mapping[Pair, int], spans, gold) -> float:
-  """P@1: fraction of (query, relevant document) pairs whose chosen segment
-  overlaps the gold passage."""
-  hits = [overlaps(spans[p][chosen[p]], g) for p, g in gold.items()
-          if p in chosen]
-  return float(np.mean(hits)) if hits else float("nan")
-
-
 def selection_p_at_1(inputs: Inputs, scores: Mapping[str, Mapping]
-                     ) -> dict[str, float]:
-  """Table 2: P@1 of each selector on the test (query, relevant document)
-  pairs: the ceiling, random, first segment, BM25-best segment, and each
-  model's argmax (`scores`: name -> test segment scores)."""
+                     ) -> dict[str, dict[str, float]]:
+  """Table 2: `{selector: {criterion: P@1}}` on the test (query, relevant
+  document) pairs, for the criteria of `evaluate.evidence` (the segment
+  holds an answer; it is mostly the gold passage): the ceiling, random, the
+  first segment, the BM25-best segment, and each model's argmax (`scores`:
+  name -> test segment scores)."""
   gold = inputs.data.splits["test"].gold
   if not gold:
     return {}
   spans = {p: inputs.eval_segments[p[1]].spans_s2.tolist() for p in gold}
-  # The ceiling: pairs whose gold passage lies within the scored segments
-  # (below 1 when `max_segments` cuts long documents).
-  out = {CEILING: float(np.mean([any(overlaps(s, g) for s in spans[p])
-                                 for p, g in gold.items()]))}
-  out["Random"] = float(np.mean([np.mean([overlaps(s, g) for s in spans[p]])
-                                 for p, g in gold.items()]))
-  out["First segment"] = segment_p_at_1({p: 0 for p in gold}, spans, gold)
   texts = {p: [inputs.documents[p[1]][1][a:b] for a, b in spans[p]]
            for p in gold}
-  bm25 = bm25_best_segments(inputs.data.splits["test"].topics, texts)
-  out["BM25-best segment"] = segment_p_at_1(bm25, spans, gold)
+  choices = {"BM25-best segment": bm25_best_segments(
+      inputs.data.splits["test"].topics, texts)}
   for name, by_pair in scores.items():
-    chosen = {p: int(np.argmax(by_pair[p])) for p in gold if p in by_pair}
-    out[name] = segment_p_at_1(chosen, spans, gold)
+    choices[name] = {p: int(np.argmax(by_pair[p])) for p in gold
+                     if p in by_pair}
+  out: dict[str, dict[str, float]] = {}
+  for criterion in P_AT_1_CRITERIA:
+    base = evidence.baselines(spans, gold, criterion)
+    for label, key in ((CEILING, "ceiling"), ("Random", "random"),
+                       ("First segment", "first")):
+      out.setdefault(label, {})[criterion] = base[key]
+    for name, chosen in choices.items():
+      out.setdefault(name, {})[criterion] = evidence.p_at_1(
+          chosen, spans, gold, criterion)
   return out

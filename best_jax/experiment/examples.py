@@ -126,9 +126,10 @@ class SegmentExamples:
     for g, (docid, segment) in enumerate(zip(group.docids, choice)):
       if segment == regimes.GOLD:
         doc = self.inputs.gold_segments[docid]
-        span = self.inputs.data.splits["train"].gold.get((group.qid, docid))
+        gold = self.inputs.data.splits["train"].gold.get((group.qid, docid))
         # A positive without a gold passage falls back to its first segment.
-        segment = 0 if span is None else gold_segment(doc.spans_s2, span)
+        segment = (0 if gold is None
+                   else gold_segment(doc.spans_s2, gold.passage))
       else:
         doc = store[docid]
       tokens[g], mask[g] = doc.tokens_sl[segment], doc.mask_sl[segment]

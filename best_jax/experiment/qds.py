@@ -23,7 +23,8 @@ from best_jax.experiment.regimes import Group
 from best_jax.models import BertConfig
 from best_jax.models import pretrained as pretrained_lib
 from best_jax.models.qds import QdsConfig, QdsRanker, load_qds_ranker
-from best_jax.segments.qds_inputs import QdsInputConfig, build_qds_inputs
+from best_jax.segments.qds_inputs import (SENTENCE_START, QdsInputConfig,
+                                          build_qds_inputs, sentence_start_id)
 from best_jax.segments.segmenter import Segmenter, TokenizedDocument
 from best_jax.select.selection import SegmentScorer
 from best_jax.train.state import split_params
@@ -96,20 +97,22 @@ class QdsRows:
             "mask": Feature((group_size,), bool)}
 
 
-def qds_configs(config: ml_collections.ConfigDict, sentence_start_id: int
+def qds_configs(config: ml_collections.ConfigDict, start_id: int
                 ) -> tuple[QdsInputConfig, QdsConfig]:
-  """The rows' and the model's settings from `config.qds`."""
+  """The rows' and the model's settings from `config.qds`; `start_id`: the
+  sentence-start token's id (`qds_inputs.sentence_start_id`)."""
   c = config.qds
   row_config = QdsInputConfig(
       max_len=c.max_len, max_sentences=c.max_sentences,
-      max_query_len=c.get("max_query_len", config.segments.max_query_len))
+      max_query_len=c.get("max_query_len", config.segments.max_query_len),
+      sentence_start_id=start_id)
   # Every global token of a row gets a slot: no query or sentence-start
   # token is ever left out of the global set.
   return row_config, QdsConfig(
       window=c.window, pattern=c.pattern, max_global=row_config.max_global(),
       first_tokens=c.get("first_tokens", 64),
       head_dropout=c.get("head_dropout", 0.1),
-      sentence_start_id=sentence_start_id)
+      sentence_start_id=start_id)
 
 
 def qds_ranker(config: ml_collections.ConfigDict, inputs: Inputs, mesh
@@ -118,7 +121,8 @@ def qds_ranker(config: ml_collections.ConfigDict, inputs: Inputs, mesh
   (positions extended by copying to `qds.max_len`, random head), with its
   own learning rate and loss; returns (ranker, rows, a description)."""
   c = config.qds
-  row_config, qds = qds_configs(config, inputs.segmenter.special.cls_id)
+  row_config, qds = qds_configs(config, sentence_start_id(
+      inputs.segmenter.tokenizer, c.get("sentence_start", SENTENCE_START)))
   overrides = dict(config.ranker.get("overrides", {}) or {})
   rngs = nnx.Rngs(config.seed + 20)
   if config.ranker.get("tiny"):

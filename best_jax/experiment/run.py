@@ -222,6 +222,8 @@ def _write_explain_inputs(out: Workdir, inputs) -> None:
   docids = sorted({d for _, d in inputs.pairs["test"]})
   out.write_json({"documents": {d: inputs.documents[d] for d in docids},
                   "topics": test.topics, "qrels": test.qrels,
-                  "gold": {f"{q}\t{d}": list(span)
-                           for (q, d), span in test.gold.items()}},
+                  "gold": {f"{q}\t{d}": list(g.passage)
+                           for (q, d), g in test.gold.items()},
+                  "answers": {f"{q}\t{d}": [list(a) for a in g.answers]
+                              for (q, d), g in test.gold.items()}},
                  "explain", "documents.json")
