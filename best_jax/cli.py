@@ -9,9 +9,14 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from best_jax.errors import InputError, TrainingStopped
+
+# best_jax never uses PyTorch: transformers' "PyTorch was not found" advice
+# would greet every command.
+os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
 
 # name -> (module, one-line help)
 COMMANDS = {

@@ -34,6 +34,8 @@ from best_jax.data import trec
 from best_jax.data.corpus import Document, write_corpus
 from best_jax.data.files import atomic_write
 from best_jax.errors import InputError
+from best_jax.segments.config import SegmenterConfig
+from best_jax.segments.segmenter import Segmenter
 
 DATASETS = ("squad_longdoc",)
 ENV_VAR = "BEST_JAX_SQUAD_JSON"
@@ -152,12 +154,7 @@ def statistics(dataset: sl.SquadLongdoc, run: trec.Run, squad_json: str,
 
 
 def _segment_statistics(dataset: sl.SquadLongdoc) -> dict:
-  """Inference segments of the default BeST segmenter, if it is installed."""
-  try:
-    from best_jax.segments.config import SegmenterConfig  # pylint: disable=g-import-not-at-top
-    from best_jax.segments.segmenter import Segmenter
-  except ImportError as e:
-    return {"note": f"segmenter unavailable ({e}); token statistics only"}
+  """Inference segments of the default BeST segmenter."""
   config = SegmenterConfig()
   segmenter = Segmenter(config)
   docs = dataset.documents

@@ -31,9 +31,12 @@ import urllib.parse
 from collections.abc import Callable, Sequence
 
 import numpy as np
+import tokenizers
 
 from best_jax.data.files import read_text
 from best_jax.errors import InputError
+from best_jax.models.pretrained import checkpoint_dir
+from best_jax.retrieval.bm25 import bm25_run
 
 SPLITS = ("train", "dev", "test")
 DEFAULT_SEED = 0
@@ -323,8 +326,6 @@ def minilm_token_counter() -> Callable[[Sequence[str]], list[int]]:
   Uses the checkpoint's `tokenizer.json` through `tokenizers` directly (the
   same backend `load_tokenizer()` wraps), which avoids importing transformers.
   """
-  import tokenizers  # pylint: disable=g-import-not-at-top
-  from best_jax.models.pretrained import checkpoint_dir
   tokenizer = tokenizers.Tokenizer.from_file(
       os.path.join(checkpoint_dir(), "tokenizer.json"))
   tokenizer.no_truncation()
@@ -359,7 +360,6 @@ def bm25_candidates(dataset: SquadLongdoc, k: int = BM25_DEPTH,
   Documents are indexed as `title + "\n" + text`, exactly as the `bm25`
   command indexes `corpus.jsonl`, so both give the same run.
   """
-  from best_jax.retrieval.bm25 import bm25_run  # pylint: disable=g-import-not-at-top
   corpus = {d.id: f"{d.title}\n{d.text}" for d in dataset.documents}
   queries = {q.qid: q.text for s in SPLITS for q in dataset.queries[s]}
   return bm25_run(corpus, queries, k, show_progress=show_progress)
