@@ -9,13 +9,14 @@ reuse them; they are scored again when the test candidates change.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import ml_collections
 import numpy as np
 
 from best_jax.data import trec
-from best_jax.experiment.evaluation import full_run
+from best_jax.experiment.evaluation import full_run, params_digest
 from best_jax.experiment.inputs import Inputs, SegmentCache
 from best_jax.experiment.models import Ranker
 from best_jax.experiment.workdir import Workdir
@@ -54,20 +55,26 @@ def birch_run(config: ml_collections.ConfigDict, workdir: Workdir,
               model_name: str, first_stage: trec.Run) -> trec.Run:
   """Birch's test run over `model_name`'s sentence scores."""
   cfg = config.birch
+  # What the features depend on besides the candidates: the model, the
+  # sentence settings.
+  made_by = json.loads(json.dumps({
+      "params": params_digest(params),
+      "birch": {k: cfg[k] for k in ("model", "k", "max_sentences")},
+      "segments": config.segments.to_dict()}))
   saved = workdir.read_json(FEATURES)
   features = None
-  if saved is not None:
+  if saved is not None and saved.get("made_by") == made_by:
     features = {q: birch.QueryFeatures(tuple(v["docids"]),
                                        np.asarray(v["features"]))
-                for q, v in saved.items()}
+                for q, v in saved["queries"].items()}
     wanted = {q: set(ds) for q, ds in inputs.candidates["test"].items()}
     if {q: set(v.docids) for q, v in features.items()} != wanted:
       features = None  # Other test queries or candidates: score again.
   if features is None:
     features = _sentence_features(config, inputs, ranker, params, first_stage)
-    workdir.write_json({q: {"docids": list(v.docids),
-                            "features": v.features_dk.tolist()}
-                        for q, v in features.items()}, FEATURES)
+    workdir.write_json({"made_by": made_by, "queries": {
+        q: {"docids": list(v.docids), "features": v.features_dk.tolist()}
+        for q, v in features.items()}}, FEATURES)
   qids = sorted(features)
   rng = np.random.default_rng(config.seed)
   order = [qids[i] for i in rng.permutation(len(qids))]

@@ -16,7 +16,11 @@ import ml_collections
 
 from best_jax.errors import InputError
 from best_jax.segments.config import SegmenterConfig
+from best_jax.experiment.datasets import SOURCES
 from best_jax.experiment.regimes import REGIMES
+from best_jax.rerank.aggregate import AGGREGATIONS
+from best_jax.train.best import PAIRINGS
+from best_jax.train.losses import LOSSES
 from best_jax.train import sharding as sharding_lib
 
 
@@ -79,6 +83,15 @@ def check_config(config: ml_collections.ConfigDict) -> jax.sharding.Mesh:
   _require("qds" not in config.regimes or "qds" in config,
            "the qds regime needs a config.qds section (see "
            "configs/qds_squad_longdoc.py)")
+  for key, value, allowed in (
+      ("data.name", config.data.name, SOURCES),
+      ("train.loss", t.loss, tuple(LOSSES)),
+      ("eval.aggregation", config.eval.aggregation, AGGREGATIONS),
+      ("best.pairing", config.best.get("pairing", "same"), PAIRINGS),
+      ("goldp.negatives", config.get("goldp", {}).get("negatives", "random"),
+       ("first", "random"))):
+    _require(value in allowed,
+             f"config.{key}={value!r}: use one of {allowed}")
   kind = config.ranker.get("kind", "cross")
   _require(kind in RANKER_KINDS,
            f"config.ranker.kind={kind!r}: use one of {RANKER_KINDS}")

@@ -58,14 +58,14 @@ class ExperimentData:
   splits: dict[str, Split]
 
 
+SOURCES = ("synthetic", "squad_longdoc", "trec", "cranfield")
+
+
 def load(config: ml_collections.ConfigDict, workdir: str) -> ExperimentData:
   """Loads the data that `config.data` names, then subsamples queries."""
-  name = config.data.name
   loaders = {"synthetic": _synthetic, "squad_longdoc": _squad_longdoc,
              "trec": _trec, "cranfield": _cranfield}
-  if name not in loaders:
-    raise InputError(f"unknown data source {name!r}; one of {sorted(loaders)}")
-  data = loaders[name](config.data, workdir)
+  data = loaders[config.data.name](config.data, workdir)
   return _subsample(data, config.data.get("max_queries"), config.seed)
 
 

@@ -11,7 +11,10 @@ be fused, thresholded or truncated by score.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
 from best_jax.data import trec
@@ -84,6 +87,18 @@ def dev_evaluator(inputs: Inputs, scorer: SegmentScorer,
   return evaluate
 
 
+@jax.jit
+def _leaf_sums(params) -> jax.Array:
+  return jnp.stack([jnp.sum(x.astype(jnp.float32))
+                    for x in jax.tree.leaves(params)])
+
+
+def params_digest(params: Any) -> list[float]:
+  """A cheap identity of a model's parameters (the sum of every array), so
+  that scores saved from other parameters are never reused."""
+  return [float(v) for v in np.asarray(jax.device_get(_leaf_sums(params)))]
+
+
 def test_scores(workdir: Workdir, inputs: Inputs, scorer: SegmentScorer,
                 params, name: str, *, max_segments: int | None = None,
                 whole_documents: bool = False) -> dict[Pair, np.ndarray]:
@@ -92,13 +107,15 @@ def test_scores(workdir: Workdir, inputs: Inputs, scorer: SegmentScorer,
   rerun while the test pairs are the same. `whole_documents`: a "segment" is
   the document (QDS)."""
   pairs = inputs.pairs["test"]
+  digest = params_digest(params)
   saved = workdir.read_json(SEGMENTS, f"{name}.json")
   if saved is not None:
     scores = {(r["qid"], r["docid"]): np.asarray(r["scores"]) for r in saved}
-    if set(scores) == set(pairs):
+    if set(scores) == set(pairs) and all(r.get("params") == digest
+                                         for r in saved[:1]):
       return scores
-    workdir.log(f"{name}: the saved test scores are for other pairs; "
-                "rescoring")
+    workdir.log(f"{name}: the saved test scores are for other pairs or "
+                "another model; rescoring")
   scores = scorer.score(params, pairs, max_segments=max_segments,
                         desc=f"test ({name})").host()
   workdir.log_process(f"test ({name}): built {scorer.built[0]} of "
@@ -110,6 +127,8 @@ def test_scores(workdir: Workdir, inputs: Inputs, scorer: SegmentScorer,
                else inputs.eval_segments[docid].spans_s2[:len(values)].tolist())
       records.append({"qid": qid, "docid": docid,
                       "scores": [float(v) for v in values], "spans": spans})
+    if records:
+      records[0]["params"] = digest
     workdir.write_json(records, SEGMENTS, f"{name}.json")
   return scores
 

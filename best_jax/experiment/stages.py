@@ -121,12 +121,12 @@ class Stages:
     settings = {"regime": plan.regime,
                 "settings": checks.fingerprint(self.config, plan.regime)}
     self.workdir.write_json(settings, CHECKPOINTS, f"{plan.name}.json")
-    batches = InputPipeline(plan.examples, plan.features,
-                            global_batch_size=t.batch_size,
-                            sharding=plan.batch_sharding)
     started = time.time()
-    with Checkpointer(self.workdir.path(CHECKPOINTS, plan.name),
-                      max_to_keep=t.get("max_to_keep", 1)) as checkpointer:
+    with InputPipeline(plan.examples, plan.features,
+                       global_batch_size=t.batch_size,
+                       sharding=plan.batch_sharding) as batches, Checkpointer(
+                           self.workdir.path(CHECKPOINTS, plan.name),
+                           max_to_keep=t.get("max_to_keep", 1)) as checkpointer:
       result = loop.fit(
           plan.name, plan.state(), plan.step_fn, batches,
           num_steps=t.num_steps, evaluate=plan.evaluate,

@@ -120,12 +120,6 @@ def is_main_process() -> bool:
   return jax.process_index() == 0
 
 
-def barrier(name: str) -> None:
-  """Waits until every process reaches the barrier `name` (no-op if one)."""
-  if jax.process_count() > 1:
-    multihost_utils.sync_global_devices(name)
-
-
 def broadcast_json(value: Any) -> Any:
   """Process 0's `value` (JSON-able) on every process; every process calls it.
 

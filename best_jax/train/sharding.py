@@ -136,26 +136,3 @@ def put_batch(batch: Mapping[str, np.ndarray],
     shape = (len(array) * jax.process_count(),) + array.shape[1:]
     out[name] = jax.make_array_from_process_local_data(sharding, array, shape)
   return out
-
-
-def pad_batch(batch: Mapping[str, np.ndarray], size: int,
-              mask_key: str = "example_mask") -> dict[str, np.ndarray]:
-  """Pads every array's leading axis with zeros up to `size` rows.
-
-  `batch[mask_key]` (created as all true if absent) marks the real rows, so a
-  short last batch is padded and masked, never dropped.
-  """
-  num_rows = len(next(iter(batch.values())))
-  if num_rows > size:
-    raise ValueError(f"batch of {num_rows} rows exceeds size {size}")
-  padded = {}
-  for name, array in batch.items():
-    array = np.asarray(array)
-    if len(array) != num_rows:
-      raise ValueError(f"batch array {name!r} has {len(array)} rows, "
-                       f"expected {num_rows}")
-    pad = np.zeros((size - num_rows,) + array.shape[1:], array.dtype)
-    padded[name] = np.concatenate([array, pad])
-  if mask_key not in padded:
-    padded[mask_key] = np.arange(size) < num_rows
-  return padded
