@@ -6,8 +6,10 @@
 
 Greedy-k and the learned methods are evaluated by cross-validation (each
 query is cut by a k or model fitted on the other folds: `--folds FILE` or
-`--cv N` random folds), unless `--model DIR` gives a trained model. `--save-
-model DIR` trains one model on all queries and saves it. `--output PATH`
+`--cv N` random folds), unless `--model DIR` gives a trained model. A learned
+model trains on its training queries less a seeded validation fraction, on
+which its epoch is selected (`train.fit`). `--save-model DIR` trains one model
+on all queries (less their validation fraction) and saves it. `--output PATH`
 writes the truncated run.
 """
 
@@ -43,7 +45,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
   parser.add_argument("--seed", type=int, default=0)
   parser.add_argument("--model", help="directory of a trained model to apply")
   parser.add_argument("--save-model", help="train on all queries, save here")
-  parser.add_argument("--epochs", type=int, help="override training epochs")
+  parser.add_argument("--epochs", type=int,
+                      help="override the most training epochs")
   parser.add_argument("--config", help="experiment or training config "
                       "file[:arg]; with --workdir and no --method, runs the "
                       "experiment")
@@ -153,7 +156,6 @@ def _cross_validated(args, ranked, r_qn, result):
   from best_jax.truncate import baselines, checkpoint, features, train  # pylint: disable=g-import-not-at-top
   index = {q: i for i, q in enumerate(ranked.qids)}
   features_qnf = features.score_features(ranked.scores_qn, ranked.mask_qn)
-  data = train.arrays(ranked, args.metric, features_qnf)
   cutoffs = np.zeros(len(ranked.qids), np.int64)
   if args.method == "greedy":
     result["k"] = baselines.greedy_k(r_qn, ranked.mask_qn)
@@ -172,21 +174,30 @@ def _cross_validated(args, ranked, r_qn, result):
       raise InputError(f"the model was trained with depth {header['depth']} "
                        f"and {header['in_features']} features", args.model)
     result["model"] = args.model
-    return train.predict_cutoffs(model, data)
+    return train.predict_cutoffs(
+        model, train.arrays(ranked, args.metric, features_qnf))
   config = _train_config(args)
   if args.save_model:
-    model, _ = train.fit(config, data)
+    model = _fit(config, ranked, features_qnf, args.metric, ranked.qids)
     checkpoint.save(args.save_model, model, config, features_qnf.shape[-1],
                     args.depth)
     result["saved_model"] = args.save_model
   for train_q, test_q in _folds(args, ranked.qids):
-    rows = np.array([index[q] for q in train_q])
     test_rows = np.array([index[q] for q in test_q])
-    model, _ = train.fit(config, train.arrays(
-        ranked.select(train_q), args.metric, features_qnf[rows]))
-    cutoffs[test_rows] = train.predict_cutoffs(model, train.arrays(
-        ranked.select(test_q), args.metric, features_qnf[test_rows]))
+    model = _fit(config, ranked, features_qnf, args.metric, train_q)
+    cutoffs[test_rows] = train.predict_cutoffs(
+        model, train.subset(ranked, features_qnf, args.metric, test_q))
   return cutoffs
+
+
+def _fit(config, ranked, features_qnf, metric: str, qids: list[str]):
+  """A model trained on `qids`, selected on a seeded validation part of them."""
+  from best_jax.truncate import lists, train  # pylint: disable=g-import-not-at-top
+  fit_q, valid_q = lists.random_splits(qids, config.seed,
+                                       config.valid_fraction)
+  model, _ = train.fit(config, train.subset(ranked, features_qnf, metric, fit_q),
+                       train.subset(ranked, features_qnf, metric, valid_q))
+  return model
 
 
 def _write_truncated(args, result: dict) -> None:

@@ -28,7 +28,7 @@ PAPER_TABLE4 = {0.0: (0.3591, 0.3777, 49, 0.2821, 0.3527, 49),
                 0.5: (0.3600, 0.5818, 36, 0.2171, 0.6837, 36),
                 0.7: (0.3478, 0.7470, 19, 0.1572, 0.8323, 18)}
 TABLE3_ROWS = ("oracle", "fixed_5", "fixed_10", "fixed_50", "greedy", "bicut",
-               "choppy", "attncut", "attncut_long")
+               "choppy", "attncut")
 TABLE2_ROWS = ("attncut_mle", "attncut_bi", "attncut_rl", "attncut")
 NOTE = ("Features: score-derived only (Robust04 document texts are not "
         "available here); lists: BM25+RM3 top 300, all 250 topics "
@@ -101,10 +101,10 @@ def _comparisons(per_metric: dict) -> tuple:
            "| pairs |",
            "| --- | --- | --- | --- | --- | --- | --- |"]
   data = {}
-  pairs = [(metric, mine, other) for metric in ("f1", "dcg")
-           for mine in ("attncut", "attncut_long")
+  pairs = [(metric, other) for metric in ("f1", "dcg")
            for other in ("greedy", "bicut", "choppy")]
-  for metric, mine, other in pairs:
+  mine = "attncut"
+  for metric, other in pairs:
     a = _summary(per_metric.get(metric, {}), mine)
     b = _summary(per_metric.get(metric, {}), other)
     if a is None or b is None:
@@ -118,6 +118,28 @@ def _comparisons(per_metric: dict) -> tuple:
                  f"{test.mean_a:.4f} | {test.mean_b:.4f} | "
                  f"{test.t_test_p:.3g} | {test.wilcoxon_p:.3g} | "
                  f"{test.num_queries} |")
+  return lines, data
+
+
+def _selection(per_metric: dict) -> tuple:
+  """The validation-selected epoch of each learned method, over splits."""
+  lines = ["### Model selection (validation split of the training queries)",
+           "", "| metric | method | selected epoch: mean (min-max) | epochs "
+           "run: mean | splits |", "| --- | --- | --- | --- | --- |"]
+  data = {}
+  for metric in ("f1", "dcg"):
+    chosen = {}
+    for _, result in sorted(per_metric.get(metric, {}).items()):
+      for method, record in result.get("selection", {}).items():
+        chosen.setdefault(method, []).append(
+            (record["best_epoch"], record["epochs"]))
+    for method, pairs in sorted(chosen.items()):
+      best, run = np.array(pairs).T
+      data[f"{metric}/{method}"] = {"best_epoch": best.tolist(),
+                                    "epochs": run.tolist()}
+      lines.append(f"| {metric} | {_label(method)} | {best.mean():.1f} "
+                   f"({best.min()}-{best.max()}) | {run.mean():.1f} | "
+                   f"{len(pairs)} |")
   return lines, data
 
 
@@ -194,13 +216,14 @@ def write(config, results: dict, workdir: str) -> None:
         random, TABLE2_ROWS, PAPER_TABLE2, "Table 2 analogue: AttnCut variants")
     md += lines + [""]
     oracle = (data["table3"].get("oracle") or {}).get("f1")
-    for row in ("attncut", "attncut_long"):
-      attncut = (data["table3"].get(row) or {}).get("f1")
-      if oracle and attncut:
-        ratio = attncut["mean"] / oracle["mean"]
-        data[f"{row}_over_oracle_f1"] = ratio
-        md += [f"{_label(row)} F1 / Oracle F1 = {ratio:.4f} (paper, BM25 "
-               f"lists: 0.2821 / 0.3591 = {0.2821 / 0.3591:.4f}).", ""]
+    attncut = (data["table3"].get("attncut") or {}).get("f1")
+    if oracle and attncut:
+      ratio = attncut["mean"] / oracle["mean"]
+      data["attncut_over_oracle_f1"] = ratio
+      md += [f"AttnCut F1 / Oracle F1 = {ratio:.4f} (paper, BM25 lists: "
+             f"0.2821 / 0.3591 = {0.2821 / 0.3591:.4f}).", ""]
+    lines, data["selection"] = _selection(random)
+    md += lines + [""]
     greedy = {m: [r["greedy_k"] for _, r in sorted(random[m].items())]
               for m in random}
     data["greedy_k"] = greedy
