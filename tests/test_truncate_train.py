@@ -1,8 +1,10 @@
 """Train steps, model selection, masking, prediction and checkpoints (tiny)."""
 
+import jax
 import ml_collections
 import numpy as np
 import pytest
+from flax import nnx
 
 from best_jax.truncate import (checkpoint, experiment, features, lists, models,
                                rewards, train)
@@ -132,11 +134,32 @@ def test_padding_does_not_change_the_output_of_real_ranks():
   np.testing.assert_allclose(base, again, rtol=1e-5, atol=1e-5)
 
 
-def test_fully_masked_filler_lists_do_not_change_the_step():
-  ranked = _ranked()
-  data = train.arrays(ranked, "f1")
-  batch = data.take(np.array([0, 1, -1, -1]))
-  assert not batch["mask_bn"][2:].any() and batch["mask_bn"][:2].any()
+def _one_step(config, data, index_b):
+  """The parameters and loss after one train step on rows `index_b`."""
+  _, depth, in_features = data.features_qnf.shape
+  model = train.new_model(config, in_features, depth)
+  graphdef, state = nnx.split((model, train.new_optimizer(config, model)))
+  state, loss = train.train_step(
+      graphdef, state, data.take(np.asarray(index_b)), jax.random.key(0),
+      loss=config.loss, tau=config.tau, alpha=config.alpha,
+      samples=config.rl_samples, bins=config.bins)
+  model, _ = nnx.merge(graphdef, state)
+  return jax.tree.leaves(nnx.state(model, nnx.Param)), float(loss)
+
+
+@pytest.mark.parametrize("model,loss", [("attncut", "raml"),
+                                        ("bicut", "bicut")])
+def test_fully_masked_filler_lists_do_not_change_the_step(model, loss):
+  data = train.arrays(_ranked(), "f1")
+  config = _config(model, loss, dropout=0.0)  # dropout masks depend on shape
+  params, value = _one_step(config, data, [0, 1])
+  padded, padded_value = _one_step(config, data, [0, 1, -1, -1])
+  assert padded_value == pytest.approx(value, rel=1e-5)
+  for a, b in zip(params, padded):
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+  # A third real list does change it: the comparison can tell.
+  other, _ = _one_step(config, data, [0, 1, 2, -1])
+  assert any(not np.allclose(a, b) for a, b in zip(params, other))
 
 
 def test_cutoffs_rules():
@@ -162,8 +185,17 @@ def test_checkpoint_round_trip(tmp_path):
                              train.predict_logits(fitted, data), rtol=1e-6)
 
 
-def test_rewards_of_predicted_cutoffs_are_the_metric():
+@pytest.mark.parametrize("metric", ["f1", "dcg"])
+def test_rewards_at_cutoffs_are_the_metric_by_hand(metric):
   ranked = _ranked()
-  data = train.arrays(ranked, "dcg")
-  np.testing.assert_allclose(
-      data.rewards_qn, rewards.dcg_at_all_k(ranked.labels_qn, ranked.mask_qn))
+  data = train.arrays(ranked, metric)
+  cutoffs = np.random.default_rng(2).integers(1, ranked.lengths_q + 1)
+  got = np.asarray(rewards.at_cutoff(data.rewards_qn, cutoffs))
+  for i, k in enumerate(cutoffs):
+    y = ranked.labels_qn[i, :ranked.lengths_q[i]]
+    if metric == "dcg":
+      want = sum((1.0 if y[n] else -1.0) / np.log2(n + 2) for n in range(k))
+    else:
+      hits = y[:k].sum()
+      want = 0.0 if hits == 0 else 2 * hits / (k + y.sum())
+    assert got[i] == pytest.approx(want, rel=1e-5, abs=1e-6), (i, k)

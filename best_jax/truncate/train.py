@@ -149,6 +149,13 @@ def new_model(config: ml_collections.ConfigDict, in_features: int, depth: int):
                       choppy_heads=config.choppy_heads)
 
 
+def new_optimizer(config: ml_collections.ConfigDict, model) -> nnx.Optimizer:
+  """Adam with global-norm clipping at 1."""
+  return nnx.Optimizer(
+      model, optax.chain(optax.clip_by_global_norm(1.0),
+                         optax.adam(config.learning_rate)), wrt=nnx.Param)
+
+
 @dataclasses.dataclass(frozen=True)
 class History:
   """Per-epoch training losses and validation objectives; the chosen epoch."""
@@ -183,10 +190,7 @@ def fit(config: ml_collections.ConfigDict, data: Arrays, valid: Arrays,
   """
   _, depth, in_features = data.features_qnf.shape
   model = new_model(config, in_features, depth)
-  optimizer = nnx.Optimizer(
-      model, optax.chain(optax.clip_by_global_norm(1.0),
-                         optax.adam(config.learning_rate)), wrt=nnx.Param)
-  graphdef, state = nnx.split((model, optimizer))
+  graphdef, state = nnx.split((model, new_optimizer(config, model)))
   order_rng = np.random.default_rng(config.seed)
   root_key = jax.random.key(config.seed)
   size = config.batch_size
