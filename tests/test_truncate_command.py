@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from best_jax import cli
+from best_jax.truncate import features
 
 NUM_QUERIES, DEPTH = 10, 8
 
@@ -126,3 +127,53 @@ def test_experiment_and_learned_method(trec_files, capsys, tmp_path):
                          str(DEPTH), "--method", "attncut", "--model",
                          str(tmp_path / "model"), "--json"])
   assert again["queries"] == NUM_QUERIES
+
+
+def _corpus(tmp_path, lines):
+  path = tmp_path / "corpus.jsonl"
+  path.write_text("\n".join(lines) + "\n")
+  return str(path)
+
+
+def _documents():
+  words = ["apple", "river", "stone", "cloud", "night", "green"]
+  return [json.dumps({"id": f"d{q}_{n}", "title": "t",
+                      "text": " ".join(words[:1 + (q + n) % 6] * (n + 1))})
+          for q in range(NUM_QUERIES) for n in range(DEPTH + 2)]
+
+
+@pytest.mark.slow
+def test_corpus_adds_the_text_features(trec_files, capsys, tmp_path):
+  run, qrels, _ = trec_files
+  config = _tiny_config(tmp_path, run, qrels)
+  corpus = _corpus(tmp_path, _documents())
+  out = _json(capsys, ["truncate", "--run", run, "--qrels", qrels, "--depth",
+                       str(DEPTH), "--method", "attncut", "--config", config,
+                       "--cv", "2", "--corpus", corpus, "--json",
+                       "--save-model", str(tmp_path / "model")])
+  assert all(1 <= k <= DEPTH for k in out["cutoffs"].values())
+  header = json.loads((tmp_path / "model" / "truncation_model.json"
+                       ).read_text())
+  assert header["in_features"] == (len(features.SCORE_FEATURES) +
+                                   len(features.TEXT_FEATURES))
+
+
+@pytest.mark.parametrize("broken,where", [
+    (2, "corpus.jsonl:3:"),   # invalid JSON on line 3
+    (None, "run.txt:11:")])   # d1_0 (run line 11) missing from the corpus
+def test_bad_corpus_is_one_line_error_and_writes_nothing(
+    trec_files, capsys, tmp_path, broken, where):
+  run, qrels, _ = trec_files
+  documents = _documents()
+  if broken is None:
+    documents = [d for d in documents if '"d1_0"' not in d]
+  else:
+    documents[broken] = "{not json"
+  corpus = _corpus(tmp_path, documents)
+  output, model = tmp_path / "cut.run", tmp_path / "model"
+  assert cli.main(["truncate", "--run", run, "--qrels", qrels, "--depth",
+                   str(DEPTH), "--method", "attncut", "--corpus", corpus,
+                   "--output", str(output), "--save-model", str(model)]) == 2
+  err = capsys.readouterr().err.strip()
+  assert len(err.splitlines()) == 1 and where in err
+  assert not output.exists() and not model.exists()

@@ -2,6 +2,7 @@
 
   best_jax truncate --run RUN --qrels QRELS --method oracle|fixed|greedy|
       attncut|bicut|choppy [--k N] [--metric f1|dcg] [--depth 300] [--json]
+      [--corpus C]
   best_jax truncate --config configs/attncut_robust04.py[:ARG] --workdir DIR
 
 Greedy-k and the learned methods are evaluated by cross-validation (each
@@ -10,7 +11,10 @@ query is cut by a k or model fitted on the other folds: `--folds FILE` or
 model trains on its training queries less a seeded validation fraction, on
 which its epoch is selected (`train.fit`). `--save-model DIR` trains one model
 on all queries (less their validation fraction) and saves it. `--output PATH`
-writes the truncated run.
+writes the truncated run. `--corpus C` (a JSONL/TSV corpus file or an
+ir_datasets id, read as `rerank` reads it) adds the paper's text features
+(length, unique tokens, tf-idf and doc2vec neighbour similarity) to the score
+features of the learned methods; a ranked document it lacks is an error.
 """
 
 from __future__ import annotations
@@ -38,6 +42,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
   parser.add_argument("--json", action="store_true",
                       help="print one JSON object (mean, per-query cut-offs)")
   parser.add_argument("--output", help="write the truncated run here")
+  parser.add_argument("--corpus", help="JSONL (id, title, text) or TSV "
+                      "corpus: adds text features for the learned methods")
   parser.add_argument("--folds", help="cross-validation folds JSON "
                       "(capreolus layout) for greedy and learned methods")
   parser.add_argument("--cv", type=int, default=5,
@@ -155,7 +161,6 @@ def _cross_validated(args, ranked, r_qn, result):
   import numpy as np  # pylint: disable=g-import-not-at-top
   from best_jax.truncate import baselines, checkpoint, features, train  # pylint: disable=g-import-not-at-top
   index = {q: i for i, q in enumerate(ranked.qids)}
-  features_qnf = features.score_features(ranked.scores_qn, ranked.mask_qn)
   cutoffs = np.zeros(len(ranked.qids), np.int64)
   if args.method == "greedy":
     result["k"] = baselines.greedy_k(r_qn, ranked.mask_qn)
@@ -167,6 +172,10 @@ def _cross_validated(args, ranked, r_qn, result):
       test_rows = np.array([index[q] for q in test_q])
       cutoffs[test_rows] = baselines.fixed_cutoffs(k, ranked.mask_qn[test_rows])
     return cutoffs
+  texts = (features.corpus_texts(args.corpus, ranked.docids, args.run)
+           if args.corpus else None)
+  features_qnf = features.list_features(ranked.scores_qn, ranked.mask_qn,
+                                        ranked.docids, texts)
   if args.model:
     model, _, header = checkpoint.load(args.model)
     if header["depth"] != args.depth or header["in_features"] != (

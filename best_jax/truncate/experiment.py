@@ -1,6 +1,7 @@
 """Truncation experiments: splits, every method per split, tables and a plot.
 
-`run(config, workdir)` evaluates, for each split (random 80/20 splits over
+Features are score-derived, plus text features when `config.corpus` names a
+corpus. `run(config, workdir)` evaluates, for each split (random 80/20 splits over
 seeds, or cross-validation folds) and each target metric, the baselines
 (Oracle, Fixed-k, Greedy-k) and the learned methods, writing one JSON per
 (protocol, split, metric) under `workdir/results/` (existing files are kept, so
@@ -155,7 +156,10 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> None:
   """
   from tqdm import tqdm  # pylint: disable=g-import-not-at-top
   ranked = lists.read(config.run, config.qrels, config.depth)
-  features_qnf = features.score_features(ranked.scores_qn, ranked.mask_qn)
+  texts = (features.corpus_texts(config.corpus, ranked.docids, config.run)
+           if config.get("corpus") else None)
+  features_qnf = features.list_features(ranked.scores_qn, ranked.mask_qn,
+                                        ranked.docids, texts)
   split_list = {p: splits(config, ranked.qids, p) for p in config.protocols}
   jobs = [(entry[0], entry[1], entry[2], split)
           for entry in config.schedule if entry[0] in split_list

@@ -30,9 +30,13 @@ PAPER_TABLE4 = {0.0: (0.3591, 0.3777, 49, 0.2821, 0.3527, 49),
 TABLE3_ROWS = ("oracle", "fixed_5", "fixed_10", "fixed_50", "greedy", "bicut",
                "choppy", "attncut")
 TABLE2_ROWS = ("attncut_mle", "attncut_bi", "attncut_rl", "attncut")
-NOTE = ("Features: score-derived only (Robust04 document texts are not "
-        "available here); lists: BM25+RM3 top 300, all 250 topics "
-        "(topic 672 has no relevant document: F1 = 0).")
+def _note(config) -> str:
+  features = ("score-derived and text (length, unique tokens, tf-idf and "
+              f"doc2vec neighbour similarity; corpus {config.corpus})"
+              if config.get("corpus") else "score-derived only")
+  return (f"Features: {features}; lists: {os.path.basename(config.run)} top "
+          f"{config.depth}; model selection on a validation split of the "
+          "training queries.")
 
 
 def _fmt(value, digits=4):
@@ -63,8 +67,9 @@ def _p(a: dict | None, b: dict | None, kind="wilcoxon_p"):
   return getattr(test, kind)
 
 
-def _metric_table(per_metric: dict, rows, paper: dict, title: str) -> tuple:
-  lines = [f"### {title}", "", NOTE, "",
+def _metric_table(per_metric: dict, rows, paper: dict, title: str,
+                  note: str) -> tuple:
+  lines = [f"### {title}", "", note, "",
            "| method | F1@k (ours) | F1@k (paper, BM25) | DCG@k (ours) | "
            "DCG@k (paper, BM25) | Wilcoxon p vs BiCut (F1 / DCG) |",
            "| --- | --- | --- | --- | --- | --- |"]
@@ -143,8 +148,8 @@ def _selection(per_metric: dict) -> tuple:
   return lines, data
 
 
-def _recall_table(per_split: dict, sigmas) -> tuple:
-  lines = ["### Recall constraint (Table 4 analogue, F1 target)", "", NOTE, "",
+def _recall_table(per_split: dict, sigmas, note: str) -> tuple:
+  lines = ["### Recall constraint (Table 4 analogue, F1 target)", "", note, "",
            "| σ | model | F1@k | R@k | queries meeting σ | paper F1 / R@k / "
            "meeting (of 50) |", "| --- | --- | --- | --- | --- | --- |"]
   data = {}
@@ -192,7 +197,7 @@ def _plot(per_split: dict, path: str) -> bool:
                    np.full(len(attncut), 1 / len(attncut))])
   ax.set_xlabel("cut-off position k")
   ax.set_ylabel("fraction of test queries")
-  ax.set_title("Robust04 BM25+RM3, F1 target: cut-off positions")
+  ax.set_title("F1 target: cut-off positions")
   ax.legend()
   fig.tight_layout()
   with atomic_write(path, "wb") as f:
@@ -203,17 +208,20 @@ def _plot(per_split: dict, path: str) -> bool:
 
 def write(config, results: dict, workdir: str) -> None:
   """Writes `truncation_report.md`, `truncation_report.json` and the plot."""
-  md, data = ["# Ranked-list truncation on Robust04", ""], {}
+  md, data = ["# Ranked-list truncation", ""], {}
+  note = _note(config)
   random = results.get("random", {})
   if random:
     lines, data["table3"] = _metric_table(
         random, TABLE3_ROWS, PAPER_TABLE3,
-        f"Table 3 analogue: random 80/20 splits, seeds {list(config.seeds)}")
+        f"Table 3 analogue: random 80/20 splits, seeds {list(config.seeds)}",
+        note)
     md += lines + [""]
     lines, data["comparisons"] = _comparisons(random)
     md += lines + [""]
     lines, data["table2"] = _metric_table(
-        random, TABLE2_ROWS, PAPER_TABLE2, "Table 2 analogue: AttnCut variants")
+        random, TABLE2_ROWS, PAPER_TABLE2, "Table 2 analogue: AttnCut variants",
+        note)
     md += lines + [""]
     oracle = (data["table3"].get("oracle") or {}).get("f1")
     attncut = (data["table3"].get("attncut") or {}).get("f1")
@@ -228,7 +236,8 @@ def write(config, results: dict, workdir: str) -> None:
               for m in random}
     data["greedy_k"] = greedy
     md += [f"Greedy-k per split: {greedy} (paper, BM25: F1 44, DCG 2).", ""]
-    lines, data["table4"] = _recall_table(random.get("f1", {}), config.sigmas)
+    lines, data["table4"] = _recall_table(random.get("f1", {}), config.sigmas,
+                                        note)
     md += lines + [""]
     if _plot(random.get("f1", {}), os.path.join(workdir,
                                                 "truncation_cutoffs.png")):
@@ -237,7 +246,7 @@ def write(config, results: dict, workdir: str) -> None:
   if folds:
     lines, data["cross_validation"] = _metric_table(
         folds, TABLE3_ROWS + TABLE2_ROWS[:-1], PAPER_TABLE3,
-        f"5-fold cross-validation ({os.path.basename(config.folds)})")
+        f"5-fold cross-validation ({os.path.basename(config.folds)})", note)
     md += lines + [""]
   data["config"] = config.to_dict()
   with atomic_write(os.path.join(workdir, "truncation_report.md")) as f:
