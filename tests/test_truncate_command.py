@@ -1,7 +1,10 @@
 """The `best_jax truncate` command and the experiment runner on tiny files."""
 
+import ast
 import json
 import os
+import subprocess
+import sys
 import textwrap
 
 import numpy as np
@@ -82,6 +85,37 @@ def test_bad_input_is_one_line_error(trec_files, capsys):
   assert "file not found" in capsys.readouterr().err
 
 
+def test_config_goes_through_the_project_loader(trec_files, capsys,
+                                                tmp_path):
+  run, qrels, _ = trec_files
+  config = _tiny_config(tmp_path, run, qrels)
+  assert cli.main(["truncate", "--config", config, "--workdir",
+                   str(tmp_path / "w"), "--config.train.no_such=1"]) == 2
+  err = capsys.readouterr().err.strip()
+  assert len(err.splitlines()) == 1 and "no_such" in err
+  assert not (tmp_path / "w").exists()
+
+
+def test_truncate_modules_import_at_the_top_without_cycles():
+  root = os.path.join(os.path.dirname(__file__), "..", "best_jax", "truncate")
+  for name in sorted(os.listdir(root)):
+    if not name.endswith(".py"):
+      continue
+    tree = ast.parse(open(os.path.join(root, name)).read())
+    for node in ast.walk(tree):
+      if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+        inner = [n for n in ast.walk(node)
+                 if isinstance(n, (ast.Import, ast.ImportFrom))]
+        assert not inner, f"{name}: import inside {node.name}"
+  code = ("import sys, best_jax.truncate.report; "
+          "print('best_jax.truncate.experiment' in sys.modules)")
+  repo = os.path.abspath(os.path.join(root, "..", ".."))
+  out = subprocess.run([sys.executable, "-c", code], capture_output=True,
+                       text=True, check=True,
+                       env={**os.environ, "PYTHONPATH": repo})
+  assert out.stdout.strip() == "False"  # report does not import experiment
+
+
 def _tiny_config(tmp_path, run, qrels):
   path = tmp_path / "tiny.py"
   path.write_text(textwrap.dedent(f"""
@@ -110,8 +144,9 @@ def test_experiment_and_learned_method(trec_files, capsys, tmp_path):
   config = _tiny_config(tmp_path, run, qrels)
   workdir = tmp_path / "work"
   assert cli.main(["truncate", "--config", config, "--workdir",
-                   str(workdir)]) == 0
+                   str(workdir), "--config.train.epochs=2"]) == 0
   report = json.loads((workdir / "truncation_report.json").read_text())
+  assert report["selection"]["f1/attncut"]["epochs"] == [2, 2]  # override
   table3 = report["table3"]
   assert table3["attncut"]["f1"]["splits"] == 2
   assert "0.5/attncut" in report["table4"]

@@ -17,9 +17,11 @@ import time
 
 import ml_collections
 import numpy as np
+from tqdm import tqdm
 
 from best_jax.data.files import atomic_write, read_text
-from best_jax.truncate import baselines, features, lists, recall, rewards, train
+from best_jax.truncate import (baselines, features, lists, recall, report,
+                               rewards, train)
 
 # method -> (model, loss)
 METHODS = {
@@ -30,11 +32,6 @@ METHODS = {
     "bicut": ("bicut", "bicut"),
     "choppy": ("choppy", "expected"),
 }
-LABELS = {"oracle": "Oracle", "fixed_5": "Fixed-k (5)",
-          "fixed_10": "Fixed-k (10)", "fixed_50": "Fixed-k (50)",
-          "greedy": "Greedy-k", "bicut": "BiCut", "choppy": "Choppy",
-          "attncut": "AttnCut", "attncut_mle": "AttnCut-MLE",
-          "attncut_bi": "AttnCut-Bi", "attncut_rl": "AttnCut-RL"}
 FIXED_K = (5, 10, 50)
 
 
@@ -154,7 +151,6 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> None:
   method[, number of splits])` (method-major, so the main comparison over all
   splits finishes before the variants start).
   """
-  from tqdm import tqdm  # pylint: disable=g-import-not-at-top
   ranked = lists.read(config.run, config.qrels, config.depth)
   texts = (features.corpus_texts(config.corpus, ranked.docids, config.run)
            if config.get("corpus") else None)
@@ -192,7 +188,6 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> None:
 
 def write_report(config: ml_collections.ConfigDict, workdir: str) -> None:
   """Tables (markdown + JSON) and the cut-off plot from the results present."""
-  from best_jax.truncate import report  # pylint: disable=g-import-not-at-top
   results = {}
   root = os.path.join(workdir, "results")
   for protocol in sorted(os.listdir(root)) if os.path.isdir(root) else []:

@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import numpy as np
+from gensim import corpora, matutils, models
+from gensim.models import doc2vec
 
 from best_jax.data.corpus import read_ranked_documents
 
@@ -65,9 +67,6 @@ def text_features(docids: list[list[str]], texts: Mapping[str, str],
   tf-idf and doc2vec are fitted with gensim on the documents of the lists
   (the paper fits them on the whole corpus). Missing texts count as empty.
   """
-  from gensim import corpora, matutils, models  # pylint: disable=g-import-not-at-top
-  from gensim.models import doc2vec  # pylint: disable=g-import-not-at-top
-
   unique = sorted({d for ranking in docids for d in ranking})
   tokens = {d: texts.get(d, "").lower().split() for d in unique}
   dictionary = corpora.Dictionary(tokens[d] for d in unique)

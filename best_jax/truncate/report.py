@@ -11,10 +11,20 @@ from __future__ import annotations
 import json
 import os
 
+import matplotlib
 import numpy as np
 
 from best_jax.data.files import atomic_write
 from best_jax.evaluate import significance
+
+matplotlib.use("Agg")  # Files only, never a window.
+import matplotlib.pyplot as plt  # noqa: E402  pylint: disable=g-import-not-at-top,wrong-import-position
+
+LABELS = {"oracle": "Oracle", "fixed_5": "Fixed-k (5)",
+          "fixed_10": "Fixed-k (10)", "fixed_50": "Fixed-k (50)",
+          "greedy": "Greedy-k", "bicut": "BiCut", "choppy": "Choppy",
+          "attncut": "AttnCut", "attncut_mle": "AttnCut-MLE",
+          "attncut_bi": "AttnCut-Bi", "attncut_rl": "AttnCut-RL"}
 
 # AttnCut paper, Robust04 with BM25 lists (Tables 2-4); None: lost from our copy.
 PAPER_TABLE3 = {"oracle": (0.3591, 1.3328), "fixed_5": (0.1550, 0.1876),
@@ -96,7 +106,6 @@ def _metric_table(per_metric: dict, rows, paper: dict, title: str,
 
 
 def _label(row):
-  from best_jax.truncate.experiment import LABELS  # pylint: disable=g-import-not-at-top
   return LABELS.get(row, row)
 
 
@@ -187,9 +196,6 @@ def _plot(per_split: dict, path: str) -> bool:
       attncut += r["methods"]["attncut"]["cutoffs"]
   if not attncut:
     return False
-  import matplotlib  # pylint: disable=g-import-not-at-top
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
   edges = np.arange(0, 301, 10)
   fig, ax = plt.subplots(figsize=(6, 3.5))
   ax.hist([oracle, attncut], bins=edges, label=["Oracle", "AttnCut"],
