@@ -216,17 +216,19 @@ def write(config, results: dict, workdir: str) -> None:
   """Writes `truncation_report.md`, `truncation_report.json` and the plot."""
   md, data = ["# Ranked-list truncation", ""], {}
   note = _note(config)
+  # The paper's figures are for Robust04; other lists show none.
+  paper = config.get("paper_figures", True)
   random = results.get("random", {})
   if random:
     lines, data["table3"] = _metric_table(
-        random, TABLE3_ROWS, PAPER_TABLE3,
+        random, TABLE3_ROWS, PAPER_TABLE3 if paper else {},
         f"Table 3 analogue: random 80/20 splits, seeds {list(config.seeds)}",
         note)
     md += lines + [""]
     lines, data["comparisons"] = _comparisons(random)
     md += lines + [""]
     lines, data["table2"] = _metric_table(
-        random, TABLE2_ROWS, PAPER_TABLE2, "Table 2 analogue: AttnCut variants",
+        random, TABLE2_ROWS, PAPER_TABLE2 if paper else {}, "Table 2 analogue: AttnCut variants",
         note)
     md += lines + [""]
     oracle = (data["table3"].get("oracle") or {}).get("f1")
@@ -234,14 +236,16 @@ def write(config, results: dict, workdir: str) -> None:
     if oracle and attncut:
       ratio = attncut["mean"] / oracle["mean"]
       data["attncut_over_oracle_f1"] = ratio
-      md += [f"AttnCut F1 / Oracle F1 = {ratio:.4f} (paper, BM25 lists: "
-             f"0.2821 / 0.3591 = {0.2821 / 0.3591:.4f}).", ""]
+      md += [f"AttnCut F1 / Oracle F1 = {ratio:.4f}" + (
+          f" (paper, BM25 lists: 0.2821 / 0.3591 = {0.2821 / 0.3591:.4f})"
+          if paper else "") + ".", ""]
     lines, data["selection"] = _selection(random)
     md += lines + [""]
     greedy = {m: [r["greedy_k"] for _, r in sorted(random[m].items())]
               for m in random}
     data["greedy_k"] = greedy
-    md += [f"Greedy-k per split: {greedy} (paper, BM25: F1 44, DCG 2).", ""]
+    md += [f"Greedy-k per split: {greedy}" +
+           (" (paper, BM25: F1 44, DCG 2)." if paper else "."), ""]
     lines, data["table4"] = _recall_table(random.get("f1", {}), config.sigmas,
                                         note)
     md += lines + [""]
@@ -251,7 +255,7 @@ def write(config, results: dict, workdir: str) -> None:
   folds = results.get("folds", {})
   if folds:
     lines, data["cross_validation"] = _metric_table(
-        folds, TABLE3_ROWS + TABLE2_ROWS[:-1], PAPER_TABLE3,
+        folds, TABLE3_ROWS + TABLE2_ROWS[:-1], PAPER_TABLE3 if paper else {},
         f"5-fold cross-validation ({os.path.basename(config.folds)})", note)
     md += lines + [""]
   data["config"] = config.to_dict()
