@@ -17,6 +17,35 @@ Every learned method trains on the training queries less a seeded 20%
 validation split, keeps the epoch best on validation F1 (or DCG) and stops
 after `patience` epochs without improvement; test figures come only from the
 selected parameters.
+
+Figures this config gave (2026-12-02, 2 CPU cores shared with other jobs,
+load 5-7): random 80/20 splits, seeds 0-4, every method on all 5; mean ± std
+of the per-split means; score-derived features only; F1@k / ±1 DCG@k:
+
+  PYTHONPATH=. nice -n 10 python -m best_jax truncate \
+      --config configs/attncut_robust04.py:cpu --workdir /tmp/attncut_r04_cpu
+  (stopped after the random protocol; of the folds only the baselines ran)
+  python -m best_jax truncate --config configs/attncut_robust04.py:cpu \
+      --workdir /tmp/attncut_r04_cpu --report-only
+
+  Oracle            0.4434 ± 0.0246   2.0008 ± 0.3779
+  Fixed-5/10/50     0.1701 / 0.2299 / 0.3034    0.2239 / -0.0981 / -4.2551
+  Greedy-k          0.3012 ± 0.0174   0.1548 ± 0.1160   (k = 35-45 / 2-4)
+  BiCut             0.2915 ± 0.0324   0.2000 ± 0.0693
+  Choppy            0.3122 ± 0.0235   0.4364 ± 0.1183
+  AttnCut           0.3127 ± 0.0121   0.2151 ± 0.0778
+  AttnCut-MLE       0.2231 ± 0.0498   0.2000 ± 0.0693
+  AttnCut-Bi        0.2805 ± 0.0429   –
+  AttnCut-RL        0.3193 ± 0.0148   0.4710 ± 0.1043
+  AttnCut / Oracle F1 = 0.7052 (goal 0.85: not reached).
+  Wilcoxon, 250 pooled (split, query) pairs, AttnCut vs Greedy-k / BiCut /
+  Choppy: F1 p = 0.265 / 0.0048 / 0.957; DCG p = 0.103 / 0.899 / 0.013
+  (Choppy better). On DCG, AttnCut, AttnCut-MLE and BiCut selected epoch 1
+  on every split (validation DCG never improved; 0.2000 is DCG@1 of every
+  list); AttnCut's F1 selection: epochs 1-20, mean 10.2.
+  Recall constraint (F1 target, 5 splits), AttnCut F1 / R@k / queries of 50
+  meeting σ: σ=0 0.3112 / 0.3988 / 50; 0.3 0.3148 / 0.4997 / 39.8;
+  0.5 0.3095 / 0.6385 / 38.2; 0.7 0.2747 / 0.7896 / 35.6.
 """
 
 import os
