@@ -41,8 +41,9 @@ of the per-split means; score-derived features only; F1@k / ±1 DCG@k:
   Wilcoxon, 250 pooled (split, query) pairs, AttnCut vs Greedy-k / BiCut /
   Choppy: F1 p = 0.265 / 0.0048 / 0.957; DCG p = 0.103 / 0.899 / 0.013
   (Choppy better). On DCG, AttnCut, AttnCut-MLE and BiCut selected epoch 1
-  on every split (validation DCG never improved; 0.2000 is DCG@1 of every
-  list); AttnCut's F1 selection: epochs 1-20, mean 10.2.
+  on every split (validation DCG never improved): BiCut cuts every test list
+  at rank 1 (0.2000 = mean DCG@1), AttnCut and AttnCut-MLE at rank 1 or 2.
+  AttnCut's F1 selection: epochs 1-20, mean 10.2.
   Recall constraint (F1 target, 5 splits), AttnCut F1 / R@k / queries of 50
   meeting σ: σ=0 0.3112 / 0.3988 / 50; 0.3 0.3148 / 0.4997 / 39.8;
   0.5 0.3095 / 0.6385 / 38.2; 0.7 0.2747 / 0.7896 / 35.6.
