@@ -248,7 +248,8 @@ def write(config, results: dict, workdir: str) -> None:
            (" (paper, BM25: F1 44, DCG 2)." if paper else "."), ""]
     lines, data["table4"] = _recall_table(random.get("f1", {}), config.sigmas,
                                         note)
-    md += lines + [""]
+    if data["table4"]:  # the recall model ran
+      md += lines + [""]
     if _plot(random.get("f1", {}), os.path.join(workdir,
                                                 "truncation_cutoffs.png")):
       md += ["![cut-off positions](truncation_cutoffs.png)", ""]
