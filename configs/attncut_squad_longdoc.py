@@ -15,6 +15,31 @@ small sizes of `attncut_robust04.py:cpu`), "scores" (score features only;
 by default the paper's text features from the corpus are added), "runlocal"
 (smoke test). Random 80/20 splits of the test questions, seeds 0-4, model
 selection on a 20% validation split of the training queries.
+
+Figures (2026-12-02, 2 CPU cores shared with other jobs; F1@k, mean ± std
+over seeds 0-4, 446 test questions per split; the DCG runs did not run):
+
+  BEST_JAX_DATA=/tmp/bj_data python -m best_jax prepare squad_longdoc \
+      --squad-json ../shared/data/squad/dev-v1.1.json \
+      --out /tmp/bj_data/squad_longdoc --no-tfds --no-segment-stats
+  BEST_JAX_DATA=/tmp/bj_data nice -n 10 python -m best_jax truncate \
+      --config configs/attncut_squad_longdoc.py:cpu[,scores] \
+      --workdir /tmp/attncut_squad_{text,scores} \
+      --config.train.epochs=10 --config.train.patience=3
+  (stopped after the F1 runs; then `--report-only`)
+
+                 text + score features   score features only
+  Oracle         0.9009 ± 0.0043         (same)
+  Fixed-5/10/50  0.3236 / 0.1801 / 0.0392
+  Greedy-k       0.7897 ± 0.0102 (k = 1 on every split)
+  BiCut          0.7970 ± 0.0146         0.7897 ± 0.0102
+  Choppy         0.7897 ± 0.0102         0.7897 ± 0.0102 (sees scores only)
+  AttnCut        0.7913 ± 0.0111         0.7900 ± 0.0101
+  AttnCut / Oracle = 0.878 (text), 0.877 (scores).
+  Wilcoxon, 2230 pooled pairs, AttnCut (text) vs Greedy-k / BiCut / Choppy:
+  p = 0.045 / 0.00018 (BiCut better) / 0.045; AttnCut text vs scores
+  p = 0.14; BiCut text vs scores p = 0.00002. With scores only every learned
+  model stays at (or next to) Greedy-k's k = 1 (selected epoch 1-2).
 """
 
 import os
