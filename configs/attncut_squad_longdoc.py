@@ -19,7 +19,7 @@ selection on a 20% validation split of the training queries.
 Figures (2026-12-02, 2 CPU cores shared with other jobs; F1@k, mean ± std
 over seeds 0-4, 446 test questions per split; the DCG runs did not run):
 
-  BEST_JAX_DATA=/tmp/bj_data python -m best_jax prepare squad_longdoc \
+  python -m best_jax prepare squad_longdoc \
       --squad-json ../shared/data/squad/dev-v1.1.json \
       --out /tmp/bj_data/squad_longdoc --no-tfds --no-segment-stats
   BEST_JAX_DATA=/tmp/bj_data nice -n 10 python -m best_jax truncate \
