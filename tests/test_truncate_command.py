@@ -1,13 +1,17 @@
 """The `best_jax truncate` command and the experiment runner on tiny files."""
 
+import ast
 import json
 import os
+import subprocess
+import sys
 import textwrap
 
 import numpy as np
 import pytest
 
 from best_jax import cli
+from best_jax.truncate import features
 
 NUM_QUERIES, DEPTH = 10, 8
 
@@ -81,6 +85,37 @@ def test_bad_input_is_one_line_error(trec_files, capsys):
   assert "file not found" in capsys.readouterr().err
 
 
+def test_config_goes_through_the_project_loader(trec_files, capsys,
+                                                tmp_path):
+  run, qrels, _ = trec_files
+  config = _tiny_config(tmp_path, run, qrels)
+  assert cli.main(["truncate", "--config", config, "--workdir",
+                   str(tmp_path / "w"), "--config.train.no_such=1"]) == 2
+  err = capsys.readouterr().err.strip()
+  assert len(err.splitlines()) == 1 and "no_such" in err
+  assert not (tmp_path / "w").exists()
+
+
+def test_truncate_modules_import_at_the_top_without_cycles():
+  root = os.path.join(os.path.dirname(__file__), "..", "best_jax", "truncate")
+  for name in sorted(os.listdir(root)):
+    if not name.endswith(".py"):
+      continue
+    tree = ast.parse(open(os.path.join(root, name)).read())
+    for node in ast.walk(tree):
+      if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+        inner = [n for n in ast.walk(node)
+                 if isinstance(n, (ast.Import, ast.ImportFrom))]
+        assert not inner, f"{name}: import inside {node.name}"
+  code = ("import sys, best_jax.truncate.report; "
+          "print('best_jax.truncate.experiment' in sys.modules)")
+  repo = os.path.abspath(os.path.join(root, "..", ".."))
+  out = subprocess.run([sys.executable, "-c", code], capture_output=True,
+                       text=True, check=True,
+                       env={**os.environ, "PYTHONPATH": repo})
+  assert out.stdout.strip() == "False"  # report does not import experiment
+
+
 def _tiny_config(tmp_path, run, qrels):
   path = tmp_path / "tiny.py"
   path.write_text(textwrap.dedent(f"""
@@ -109,8 +144,9 @@ def test_experiment_and_learned_method(trec_files, capsys, tmp_path):
   config = _tiny_config(tmp_path, run, qrels)
   workdir = tmp_path / "work"
   assert cli.main(["truncate", "--config", config, "--workdir",
-                   str(workdir)]) == 0
+                   str(workdir), "--config.train.epochs=2"]) == 0
   report = json.loads((workdir / "truncation_report.json").read_text())
+  assert report["selection"]["f1/attncut"]["epochs"] == [2, 2]  # override
   table3 = report["table3"]
   assert table3["attncut"]["f1"]["splits"] == 2
   assert "0.5/attncut" in report["table4"]
@@ -126,3 +162,53 @@ def test_experiment_and_learned_method(trec_files, capsys, tmp_path):
                          str(DEPTH), "--method", "attncut", "--model",
                          str(tmp_path / "model"), "--json"])
   assert again["queries"] == NUM_QUERIES
+
+
+def _corpus(tmp_path, lines):
+  path = tmp_path / "corpus.jsonl"
+  path.write_text("\n".join(lines) + "\n")
+  return str(path)
+
+
+def _documents():
+  words = ["apple", "river", "stone", "cloud", "night", "green"]
+  return [json.dumps({"id": f"d{q}_{n}", "title": "t",
+                      "text": " ".join(words[:1 + (q + n) % 6] * (n + 1))})
+          for q in range(NUM_QUERIES) for n in range(DEPTH + 2)]
+
+
+@pytest.mark.slow
+def test_corpus_adds_the_text_features(trec_files, capsys, tmp_path):
+  run, qrels, _ = trec_files
+  config = _tiny_config(tmp_path, run, qrels)
+  corpus = _corpus(tmp_path, _documents())
+  out = _json(capsys, ["truncate", "--run", run, "--qrels", qrels, "--depth",
+                       str(DEPTH), "--method", "attncut", "--config", config,
+                       "--cv", "2", "--corpus", corpus, "--json",
+                       "--save-model", str(tmp_path / "model")])
+  assert all(1 <= k <= DEPTH for k in out["cutoffs"].values())
+  header = json.loads((tmp_path / "model" / "truncation_model.json"
+                       ).read_text())
+  assert header["in_features"] == (len(features.SCORE_FEATURES) +
+                                   len(features.TEXT_FEATURES))
+
+
+@pytest.mark.parametrize("broken,where", [
+    (2, "corpus.jsonl:3:"),   # invalid JSON on line 3
+    (None, "run.txt:11:")])   # d1_0 (run line 11) missing from the corpus
+def test_bad_corpus_is_one_line_error_and_writes_nothing(
+    trec_files, capsys, tmp_path, broken, where):
+  run, qrels, _ = trec_files
+  documents = _documents()
+  if broken is None:
+    documents = [d for d in documents if '"d1_0"' not in d]
+  else:
+    documents[broken] = "{not json"
+  corpus = _corpus(tmp_path, documents)
+  output, model = tmp_path / "cut.run", tmp_path / "model"
+  assert cli.main(["truncate", "--run", run, "--qrels", qrels, "--depth",
+                   str(DEPTH), "--method", "attncut", "--corpus", corpus,
+                   "--output", str(output), "--save-model", str(model)]) == 2
+  err = capsys.readouterr().err.strip()
+  assert len(err.splitlines()) == 1 and where in err
+  assert not output.exists() and not model.exists()

@@ -1,9 +1,13 @@
-"""Train steps, masking of short lists, prediction and checkpoints (tiny)."""
+"""Train steps, model selection, masking, prediction and checkpoints (tiny)."""
 
+import jax
+import ml_collections
 import numpy as np
 import pytest
+from flax import nnx
 
-from best_jax.truncate import checkpoint, lists, models, rewards, train
+from best_jax.truncate import (checkpoint, experiment, features, lists, models,
+                               rewards, train)
 
 
 def _ranked(num_queries=12, depth=16, seed=0):
@@ -31,14 +35,71 @@ def _config(model, loss, **overrides):
   return c
 
 
+def _train_valid(ranked, metric="f1"):
+  """The first 3/4 of the lists to train on, the rest to select on."""
+  cut = 3 * len(ranked.qids) // 4
+  return (train.arrays(ranked.select(ranked.qids[:cut]), metric),
+          train.arrays(ranked.select(ranked.qids[cut:]), metric))
+
+
 def test_attncut_raml_fits_lowers_the_loss_and_predicts_real_cutoffs():
   ranked = _ranked(num_queries=20)
   data = train.arrays(ranked, "f1")
-  fitted, epoch_losses = train.fit(_config("attncut", "raml", epochs=8), data)
-  assert np.all(np.isfinite(epoch_losses))
-  assert epoch_losses[-1] < epoch_losses[0]
+  fitted, history = train.fit(_config("attncut", "raml", epochs=8,
+                                      patience=8), data, data)
+  assert np.all(np.isfinite(history.losses)) and len(history.losses) == 8
+  assert history.losses[-1] < history.losses[0]
   k = train.predict_cutoffs(fitted, data)
   assert np.all(k >= 1) and np.all(k <= ranked.lengths_q)
+
+
+def test_fit_returns_the_best_validation_epoch_and_stops_early():
+  ranked = _ranked(num_queries=24, seed=3)
+  data, valid = _train_valid(ranked)
+  config = _config("attncut", "raml", epochs=12, patience=2, learning_rate=0.1)
+  fitted, history = train.fit(config, data, valid)
+  best = history.best_epoch
+  assert best == int(np.argmax(history.valid)) + 1  # the earliest best
+  assert len(history.valid) == best + 2 < 12  # stopped `patience` after it
+  # The parameters are the best epoch's, not the last epoch's.
+  assert history.valid[-1] != history.valid[best - 1]
+  assert train.validation_objective(fitted, valid) == pytest.approx(
+      history.valid[best - 1], abs=1e-6)
+
+
+def _poisoned(ranked, qids):
+  """`ranked` with the labels of `qids` inverted (on real ranks)."""
+  labels = ranked.labels_qn.copy()
+  for i, q in enumerate(ranked.qids):
+    if q in qids:
+      labels[i] = ~labels[i] & ranked.mask_qn[i]
+  return lists.RankedLists(ranked.qids, ranked.docids, ranked.scores_qn,
+                           labels, ranked.mask_qn)
+
+
+def test_model_selection_never_sees_the_test_queries():
+  ranked = _ranked(num_queries=20, seed=5)
+  train_q, test_q = lists.random_splits(ranked.qids, 0, 0.25)
+  config = ml_collections.ConfigDict(dict(
+      train=_config("attncut", "raml", epochs=4, patience=4),
+      bicut_alpha={"f1": 0.3}))
+  outcomes = []
+  for lists_ in (ranked, _poisoned(ranked, set(test_q))):
+    f = features.score_features(lists_.scores_qn, lists_.mask_qn)
+    split = experiment.Split(lists_, f, train_q, test_q, "f1", seed=0,
+                             valid_fraction=0.25)
+    assert set(split.valid_qids) < set(train_q)
+    assert not set(split.valid_qids) & set(test_q)
+    result = experiment.baseline_result(split, test_q, "f1")
+    experiment.add_method(config, split, result, "attncut", seed=0)
+    outcomes.append(result)
+  clean, poisoned = outcomes
+  # Poisoned test labels change the test figures but not the selection.
+  assert clean["methods"]["oracle"] != poisoned["methods"]["oracle"]
+  assert clean["greedy_k"] == poisoned["greedy_k"]
+  assert clean["selection"] == poisoned["selection"]
+  assert (clean["methods"]["attncut"]["cutoffs"] ==
+          poisoned["methods"]["attncut"]["cutoffs"])
 
 
 @pytest.mark.slow
@@ -47,9 +108,12 @@ def test_attncut_raml_fits_lowers_the_loss_and_predicts_real_cutoffs():
     ("attncut", "reinforce"), ("attncut", "recall_bins")])
 def test_every_model_and_loss_fits_and_predicts(model, loss):
   ranked = _ranked()
+  data, valid = _train_valid(ranked)
+  fitted, history = train.fit(_config(model, loss), data, valid)
+  assert 1 <= history.best_epoch <= len(history.losses) <= 3
+  assert np.all(np.isfinite(history.losses))
+  assert np.all(np.isfinite(history.valid))
   data = train.arrays(ranked, "f1")
-  fitted, epoch_losses = train.fit(_config(model, loss), data)
-  assert epoch_losses.shape == (3,) and np.all(np.isfinite(epoch_losses))
   logits = train.predict_logits(fitted, data)
   assert np.all(np.isfinite(logits))
   if loss != "recall_bins":
@@ -70,11 +134,32 @@ def test_padding_does_not_change_the_output_of_real_ranks():
   np.testing.assert_allclose(base, again, rtol=1e-5, atol=1e-5)
 
 
-def test_fully_masked_filler_lists_do_not_change_the_step():
-  ranked = _ranked()
-  data = train.arrays(ranked, "f1")
-  batch = data.take(np.array([0, 1, -1, -1]))
-  assert not batch["mask_bn"][2:].any() and batch["mask_bn"][:2].any()
+def _one_step(config, data, index_b):
+  """The parameters and loss after one train step on rows `index_b`."""
+  _, depth, in_features = data.features_qnf.shape
+  model = train.new_model(config, in_features, depth)
+  graphdef, state = nnx.split((model, train.new_optimizer(config, model)))
+  state, loss = train.train_step(
+      graphdef, state, data.take(np.asarray(index_b)), jax.random.key(0),
+      loss=config.loss, tau=config.tau, alpha=config.alpha,
+      samples=config.rl_samples, bins=config.bins)
+  model, _ = nnx.merge(graphdef, state)
+  return jax.tree.leaves(nnx.state(model, nnx.Param)), float(loss)
+
+
+@pytest.mark.parametrize("model,loss", [("attncut", "raml"),
+                                        ("bicut", "bicut")])
+def test_fully_masked_filler_lists_do_not_change_the_step(model, loss):
+  data = train.arrays(_ranked(), "f1")
+  config = _config(model, loss, dropout=0.0)  # dropout masks depend on shape
+  params, value = _one_step(config, data, [0, 1])
+  padded, padded_value = _one_step(config, data, [0, 1, -1, -1])
+  assert padded_value == pytest.approx(value, rel=1e-5)
+  for a, b in zip(params, padded):
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+  # A third real list does change it: the comparison can tell.
+  other, _ = _one_step(config, data, [0, 1, 2, -1])
+  assert any(not np.allclose(a, b) for a, b in zip(params, other))
 
 
 def test_cutoffs_rules():
@@ -91,7 +176,7 @@ def test_checkpoint_round_trip(tmp_path):
   ranked = _ranked()
   data = train.arrays(ranked, "f1")
   config = _config("attncut", "raml", epochs=1)  # the jit cache of the above
-  fitted, _ = train.fit(config, data)
+  fitted, _ = train.fit(config, data, data)
   checkpoint.save(str(tmp_path / "m"), fitted, config,
                   data.features_qnf.shape[-1], 16)
   loaded, loaded_config, header = checkpoint.load(str(tmp_path / "m"))
@@ -100,8 +185,17 @@ def test_checkpoint_round_trip(tmp_path):
                              train.predict_logits(fitted, data), rtol=1e-6)
 
 
-def test_rewards_of_predicted_cutoffs_are_the_metric():
+@pytest.mark.parametrize("metric", ["f1", "dcg"])
+def test_rewards_at_cutoffs_are_the_metric_by_hand(metric):
   ranked = _ranked()
-  data = train.arrays(ranked, "dcg")
-  np.testing.assert_allclose(
-      data.rewards_qn, rewards.dcg_at_all_k(ranked.labels_qn, ranked.mask_qn))
+  data = train.arrays(ranked, metric)
+  cutoffs = np.random.default_rng(2).integers(1, ranked.lengths_q + 1)
+  got = np.asarray(rewards.at_cutoff(data.rewards_qn, cutoffs))
+  for i, k in enumerate(cutoffs):
+    y = ranked.labels_qn[i, :ranked.lengths_q[i]]
+    if metric == "dcg":
+      want = sum((1.0 if y[n] else -1.0) / np.log2(n + 2) for n in range(k))
+    else:
+      hits = y[:k].sum()
+      want = 0.0 if hits == 0 else 2 * hits / (k + y.sum())
+    assert got[i] == pytest.approx(want, rel=1e-5, abs=1e-6), (i, k)

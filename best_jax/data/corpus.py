@@ -92,6 +92,58 @@ def _read_tsv(path) -> Corpus:
   return corpus
 
 
+def _first_line(run_path: str, docids: set[str]) -> tuple[int, str]:
+  """(line, docid) of the first line of a run that ranks one of `docids`."""
+  for number, line in read_lines(run_path):
+    parts = line.split()
+    if len(parts) > 2 and parts[2] in docids:
+      return number, parts[2]
+  raise ValueError("no such line")
+
+
+def read_documents(source: str, docids: Iterable[str]
+                   ) -> dict[str, tuple[str, str]]:
+  """(title, text) of `docids` from a corpus file or an ir_datasets id."""
+  docids = set(docids)
+  if os.path.exists(source):
+    corpus = read_corpus(source)
+    return {d: (corpus[d].title, corpus[d].text) for d in docids
+            if d in corpus}
+  try:
+    import ir_datasets  # pylint: disable=g-import-not-at-top
+  except ImportError:
+    raise InputError("no such corpus file (an ir_datasets id needs `pip "
+                     "install ir_datasets`)", source) from None
+  try:
+    store = ir_datasets.load(source).docs_store()
+  except (KeyError, AttributeError) as e:
+    raise InputError(f"not a corpus file nor an ir_datasets id with "
+                     f"documents: {e}", source) from None
+  out = {}
+  for doc in store.get_many_iter(docids):
+    title = getattr(doc, "title", "") or ""
+    body = getattr(doc, "body", None) or getattr(doc, "text", "") or ""
+    out[doc.doc_id] = (title, body)
+  return out
+
+
+def read_ranked_documents(source: str, docids: Iterable[str], run_path: str
+                          ) -> dict[str, tuple[str, str]]:
+  """(title, text) of every one of `docids` (ranked by the run `run_path`).
+
+  A document the corpus lacks is an `InputError` naming the run's line.
+  """
+  docids = set(docids)
+  documents = read_documents(source, docids)
+  absent = docids - set(documents)
+  if absent:
+    line, example = _first_line(run_path, absent)
+    raise InputError(f"document {example!r} is not in {source} "
+                     f"({len(absent)} of the ranked documents are not)",
+                     run_path, line)
+  return documents
+
+
 def write_corpus(docs: Iterable[Document], path: str | os.PathLike) -> None:
   """Writes a JSONL corpus atomically (`id`, `title`, `text`, then extras)."""
   with atomic_write(path) as f:

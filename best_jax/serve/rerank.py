@@ -23,13 +23,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from collections.abc import Iterable
 
 from best_jax.data import trec
-from best_jax.data.corpus import read_corpus
-from best_jax.data.files import atomic_write, read_lines
+from best_jax.data.corpus import read_ranked_documents
+from best_jax.data.files import atomic_write
 from best_jax.errors import InputError
 from best_jax.experiment.evaluation import full_run
 from best_jax.rerank.aggregate import AGGREGATIONS
@@ -73,41 +72,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       help="run tag (default: the model's name)")
 
 
-def _first_line(run_path: str, docids: set[str]) -> tuple[int, str]:
-  """(line, docid) of the first line of a run that ranks one of `docids`."""
-  for number, line in read_lines(run_path):
-    parts = line.split()
-    if len(parts) > 2 and parts[2] in docids:
-      return number, parts[2]
-  raise ValueError("no such line")
-
-
-def read_documents(source: str, docids: Iterable[str]
-                   ) -> dict[str, tuple[str, str]]:
-  """(title, text) of `docids` from a corpus file or an ir_datasets id."""
-  docids = set(docids)
-  if os.path.exists(source):
-    corpus = read_corpus(source)
-    return {d: (corpus[d].title, corpus[d].text) for d in docids
-            if d in corpus}
-  try:
-    import ir_datasets  # pylint: disable=g-import-not-at-top
-  except ImportError:
-    raise InputError("no such corpus file (an ir_datasets id needs `pip "
-                     "install ir_datasets`)", source) from None
-  try:
-    store = ir_datasets.load(source).docs_store()
-  except (KeyError, AttributeError) as e:
-    raise InputError(f"not a corpus file nor an ir_datasets id with "
-                     f"documents: {e}", source) from None
-  out = {}
-  for doc in store.get_many_iter(docids):
-    title = getattr(doc, "title", "") or ""
-    body = getattr(doc, "body", None) or getattr(doc, "text", "") or ""
-    out[doc.doc_id] = (title, body)
-  return out
-
-
 def _evidence_lines(reranked: dict[str, dict[str, Scored]],
                     run: trec.Run) -> Iterable[str]:
   for qid, scored in reranked.items():
@@ -144,13 +108,7 @@ def main(args: argparse.Namespace) -> int:
   candidates = {q: [d for d, _ in trec.ranked(r)[:args.depth]]
                 for q, r in first.items()}
   needed = {d for ds in candidates.values() for d in ds}
-  documents = read_documents(args.corpus, needed)
-  absent = needed - set(documents)
-  if absent:
-    line, example = _first_line(args.run, absent)
-    raise InputError(f"document {example!r} is not in {args.corpus} "
-                     f"({len(absent)} of the ranked documents are not)",
-                     args.run, line)
+  documents = read_ranked_documents(args.corpus, needed, args.run)
 
   reranker = load_reranker(args)
   reranked = reranker.rerank_run(topics, candidates, documents,

@@ -6,10 +6,12 @@ import json
 import os
 
 import ml_collections
+import orbax.checkpoint as ocp
 from flax import nnx
 
 from best_jax.data.files import atomic_write, read_text
 from best_jax.errors import InputError
+from best_jax.truncate import train
 
 _HEADER = "truncation_model.json"
 
@@ -17,7 +19,6 @@ _HEADER = "truncation_model.json"
 def save(path: str, model, config: ml_collections.ConfigDict,
          in_features: int, depth: int) -> None:
   """Writes the model's parameters and what is needed to rebuild it."""
-  import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
   path = os.path.abspath(path)
   os.makedirs(path, exist_ok=True)
   _, state = nnx.split(model)
@@ -31,8 +32,6 @@ def save(path: str, model, config: ml_collections.ConfigDict,
 
 def load(path: str):
   """Returns (model, config) saved by `save`."""
-  import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
-  from best_jax.truncate import train  # pylint: disable=g-import-not-at-top
   path = os.path.abspath(path)
   header_path = os.path.join(path, _HEADER)
   if not os.path.exists(header_path):

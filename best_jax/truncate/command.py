@@ -2,24 +2,38 @@
 
   best_jax truncate --run RUN --qrels QRELS --method oracle|fixed|greedy|
       attncut|bicut|choppy [--k N] [--metric f1|dcg] [--depth 300] [--json]
+      [--corpus C]
   best_jax truncate --config configs/attncut_robust04.py[:ARG] --workdir DIR
+      [--config.train.epochs=N ...]
 
 Greedy-k and the learned methods are evaluated by cross-validation (each
 query is cut by a k or model fitted on the other folds: `--folds FILE` or
-`--cv N` random folds), unless `--model DIR` gives a trained model. `--save-
-model DIR` trains one model on all queries and saves it. `--output PATH`
-writes the truncated run.
+`--cv N` random folds), unless `--model DIR` gives a trained model. A learned
+model trains on its training queries less a seeded validation fraction, on
+which its epoch is selected (`train.fit`). `--save-model DIR` trains one model
+on all queries (less their validation fraction) and saves it. `--output PATH`
+writes the truncated run. `--corpus C` (a JSONL/TSV corpus file or an
+ir_datasets id, read as `rerank` reads it) adds the paper's text features
+(length, unique tokens, tf-idf and doc2vec neighbour similarity) to the score
+features of the learned methods; a ranked document it lacks is an error.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import sys
 
+import ml_collections
+import numpy as np
+
+from best_jax.config import add_config_arguments, load_config
+from best_jax.data import trec
+from best_jax.data.files import atomic_write
 from best_jax.errors import InputError
+from best_jax.truncate import (baselines, checkpoint, experiment, features,
+                               lists, rewards, train)
 
 METHODS = ("oracle", "fixed", "greedy", "attncut", "bicut", "choppy")
 LEARNED_LOSS = {"attncut": "raml", "bicut": "bicut", "choppy": "expected"}
@@ -36,6 +50,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
   parser.add_argument("--json", action="store_true",
                       help="print one JSON object (mean, per-query cut-offs)")
   parser.add_argument("--output", help="write the truncated run here")
+  parser.add_argument("--corpus", help="JSONL (id, title, text) or TSV "
+                      "corpus: adds text features for the learned methods")
   parser.add_argument("--folds", help="cross-validation folds JSON "
                       "(capreolus layout) for greedy and learned methods")
   parser.add_argument("--cv", type=int, default=5,
@@ -43,27 +59,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
   parser.add_argument("--seed", type=int, default=0)
   parser.add_argument("--model", help="directory of a trained model to apply")
   parser.add_argument("--save-model", help="train on all queries, save here")
-  parser.add_argument("--epochs", type=int, help="override training epochs")
-  parser.add_argument("--config", help="experiment or training config "
-                      "file[:arg]; with --workdir and no --method, runs the "
-                      "experiment")
+  parser.add_argument("--epochs", type=int,
+                      help="override the most training epochs")
+  add_config_arguments(parser, required=False)
+  parser.epilog += (" With --workdir and no --method, runs the experiment "
+                    "of the config; with --method, the config's `train` "
+                    "section (or the config itself) sets the training.")
   parser.add_argument("--workdir", help="experiment output directory")
   parser.add_argument("--report-only", action="store_true",
                       help="rewrite the experiment report from its results")
-
-
-def load_config(spec: str):
-  """`path[:arg]` → the config file's `get_config(arg)`."""
-  path, _, arg = spec.partition(":")
-  if not os.path.isfile(path):
-    raise InputError("config file not found", path)
-  module_spec = importlib.util.spec_from_file_location("truncate_config", path)
-  module = importlib.util.module_from_spec(module_spec)
-  module_spec.loader.exec_module(module)
-  try:
-    return module.get_config(arg)
-  except ValueError as e:
-    raise InputError(str(e), path) from None
 
 
 def main(args: argparse.Namespace) -> int:
@@ -71,11 +75,11 @@ def main(args: argparse.Namespace) -> int:
     if not (args.config and args.workdir):
       raise InputError("give --method (with --run and --qrels), or --config "
                        "and --workdir to run an experiment")
-    from best_jax.truncate import experiment  # pylint: disable=g-import-not-at-top
+    config = _load(args)
     if args.report_only:
-      experiment.write_report(load_config(args.config), args.workdir)
+      experiment.write_report(config, args.workdir)
     else:
-      experiment.run(load_config(args.config), args.workdir)
+      experiment.run(config, args.workdir)
     print(os.path.join(args.workdir, "truncation_report.md"))
     return 0
   if not (args.run and args.qrels):
@@ -95,10 +99,12 @@ def main(args: argparse.Namespace) -> int:
   return 0
 
 
+def _load(args) -> ml_collections.ConfigDict:
+  return load_config(args.config, getattr(args, "config_overrides", []))
+
+
 def cut(args: argparse.Namespace) -> dict:
   """Cut-offs and metric values of every query; the JSON result object."""
-  import numpy as np  # pylint: disable=g-import-not-at-top
-  from best_jax.truncate import baselines, lists, rewards  # pylint: disable=g-import-not-at-top
   ranked = lists.read(args.run, args.qrels, args.depth)
   r_qn = np.asarray(rewards.at_all_k(args.metric, ranked.labels_qn,
                                      ranked.mask_qn))
@@ -119,7 +125,6 @@ def cut(args: argparse.Namespace) -> dict:
 
 
 def _folds(args, qids):
-  from best_jax.truncate import lists  # pylint: disable=g-import-not-at-top
   if args.folds:
     keep = set(qids)
     folds = [([q for q in tr if q in keep], [q for q in te if q in keep])
@@ -134,12 +139,11 @@ def _folds(args, qids):
 
 
 def _train_config(args):
-  from best_jax.truncate import train  # pylint: disable=g-import-not-at-top
   config = train.default_config()
   if args.config:
-    loaded = load_config(args.config)
-    config = loaded.train if "train" in loaded else loaded
-  config = config.copy_and_resolve_references()
+    loaded = _load(args)
+    config = ml_collections.ConfigDict(
+        (loaded.train if "train" in loaded else loaded).to_dict())
   config.model, config.loss = args.method, LEARNED_LOSS[args.method]
   config.metric = args.metric
   config.seed = args.seed
@@ -149,11 +153,7 @@ def _train_config(args):
 
 
 def _cross_validated(args, ranked, r_qn, result):
-  import numpy as np  # pylint: disable=g-import-not-at-top
-  from best_jax.truncate import baselines, checkpoint, features, train  # pylint: disable=g-import-not-at-top
   index = {q: i for i, q in enumerate(ranked.qids)}
-  features_qnf = features.score_features(ranked.scores_qn, ranked.mask_qn)
-  data = train.arrays(ranked, args.metric, features_qnf)
   cutoffs = np.zeros(len(ranked.qids), np.int64)
   if args.method == "greedy":
     result["k"] = baselines.greedy_k(r_qn, ranked.mask_qn)
@@ -165,6 +165,10 @@ def _cross_validated(args, ranked, r_qn, result):
       test_rows = np.array([index[q] for q in test_q])
       cutoffs[test_rows] = baselines.fixed_cutoffs(k, ranked.mask_qn[test_rows])
     return cutoffs
+  texts = (features.corpus_texts(args.corpus, ranked.docids, args.run)
+           if args.corpus else None)
+  features_qnf = features.list_features(ranked.scores_qn, ranked.mask_qn,
+                                        ranked.docids, texts)
   if args.model:
     model, _, header = checkpoint.load(args.model)
     if header["depth"] != args.depth or header["in_features"] != (
@@ -172,26 +176,32 @@ def _cross_validated(args, ranked, r_qn, result):
       raise InputError(f"the model was trained with depth {header['depth']} "
                        f"and {header['in_features']} features", args.model)
     result["model"] = args.model
-    return train.predict_cutoffs(model, data)
+    return train.predict_cutoffs(
+        model, train.arrays(ranked, args.metric, features_qnf))
   config = _train_config(args)
   if args.save_model:
-    model, _ = train.fit(config, data)
+    model = _fit(config, ranked, features_qnf, args.metric, ranked.qids)
     checkpoint.save(args.save_model, model, config, features_qnf.shape[-1],
                     args.depth)
     result["saved_model"] = args.save_model
   for train_q, test_q in _folds(args, ranked.qids):
-    rows = np.array([index[q] for q in train_q])
     test_rows = np.array([index[q] for q in test_q])
-    model, _ = train.fit(config, train.arrays(
-        ranked.select(train_q), args.metric, features_qnf[rows]))
-    cutoffs[test_rows] = train.predict_cutoffs(model, train.arrays(
-        ranked.select(test_q), args.metric, features_qnf[test_rows]))
+    model = _fit(config, ranked, features_qnf, args.metric, train_q)
+    cutoffs[test_rows] = train.predict_cutoffs(
+        model, train.subset(ranked, features_qnf, args.metric, test_q))
   return cutoffs
 
 
+def _fit(config, ranked, features_qnf, metric: str, qids: list[str]):
+  """A model trained on `qids`, selected on a seeded validation part of them."""
+  fit_q, valid_q = lists.random_splits(qids, config.seed,
+                                       config.valid_fraction)
+  model, _ = train.fit(config, train.subset(ranked, features_qnf, metric, fit_q),
+                       train.subset(ranked, features_qnf, metric, valid_q))
+  return model
+
+
 def _write_truncated(args, result: dict) -> None:
-  from best_jax.data import trec  # pylint: disable=g-import-not-at-top
-  from best_jax.data.files import atomic_write  # pylint: disable=g-import-not-at-top
   run = trec.read_run(args.run)
   with atomic_write(args.output) as f:
     for qid, k in result["cutoffs"].items():

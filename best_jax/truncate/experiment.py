@@ -1,6 +1,7 @@
 """Truncation experiments: splits, every method per split, tables and a plot.
 
-`run(config, workdir)` evaluates, for each split (random 80/20 splits over
+Features are score-derived, plus text features when `config.corpus` names a
+corpus. `run(config, workdir)` evaluates, for each split (random 80/20 splits over
 seeds, or cross-validation folds) and each target metric, the baselines
 (Oracle, Fixed-k, Greedy-k) and the learned methods, writing one JSON per
 (protocol, split, metric) under `workdir/results/` (existing files are kept, so
@@ -16,26 +17,21 @@ import time
 
 import ml_collections
 import numpy as np
+from tqdm import tqdm
 
 from best_jax.data.files import atomic_write, read_text
-from best_jax.truncate import baselines, features, lists, recall, rewards, train
+from best_jax.truncate import (baselines, features, lists, recall, report,
+                               rewards, train)
 
 # method -> (model, loss)
 METHODS = {
     "attncut": ("attncut", "raml"),
-    "attncut_long": ("attncut", "raml"),  # trained for config.long_epochs
     "attncut_mle": ("attncut", "mle"),
     "attncut_bi": ("attncut", "bicut"),
     "attncut_rl": ("attncut", "reinforce"),
     "bicut": ("bicut", "bicut"),
     "choppy": ("choppy", "expected"),
 }
-LABELS = {"oracle": "Oracle", "fixed_5": "Fixed-k (5)",
-          "fixed_10": "Fixed-k (10)", "fixed_50": "Fixed-k (50)",
-          "greedy": "Greedy-k", "bicut": "BiCut", "choppy": "Choppy",
-          "attncut": "AttnCut",
-          "attncut_long": "AttnCut (long training)", "attncut_mle": "AttnCut-MLE",
-          "attncut_bi": "AttnCut-Bi", "attncut_rl": "AttnCut-RL"}
 FIXED_K = (5, 10, 50)
 
 
@@ -48,8 +44,6 @@ def method_config(config: ml_collections.ConfigDict, method: str,
   c.metric = metric
   c.seed = seed
   c.alpha = config.bicut_alpha[metric]
-  if method == "attncut_long":
-    c.epochs = config.long_epochs
   return c
 
 
@@ -68,29 +62,36 @@ def splits(config: ml_collections.ConfigDict, qids: list[str], protocol: str):
   raise ValueError(f"unknown protocol {protocol!r}")
 
 
-class _Split:
-  """Train and test arrays of one split for one metric."""
+class Split:
+  """Arrays of one split for one metric: train, validation and test lists.
 
-  def __init__(self, ranked, features_qnf, train_q, test_q, metric):
-    index = {q: i for i, q in enumerate(ranked.qids)}
-    rows_train = np.array([index[q] for q in train_q])
-    rows_test = np.array([index[q] for q in test_q])
-    self.train = train.arrays(ranked.select(train_q), metric,
-                              features_qnf[rows_train])
-    self.test = train.arrays(ranked.select(test_q), metric,
-                             features_qnf[rows_test])
+  The validation queries are a seeded `valid_fraction` of the training
+  queries; learned methods train on the rest and are selected on them. The
+  test lists serve only to report the selected models.
+  """
+
+  def __init__(self, ranked, features_qnf, train_q, test_q, metric, seed,
+               valid_fraction):
+    fit_q, self.valid_qids = lists.random_splits(train_q, seed, valid_fraction)
+    self.train = train.subset(ranked, features_qnf, metric, fit_q)
+    self.valid = train.subset(ranked, features_qnf, metric, self.valid_qids)
+    self.test = train.subset(ranked, features_qnf, metric, test_q)
 
 
-def baseline_result(split: _Split, test_q: list[str], metric: str) -> dict:
-  """Oracle, Fixed-k and Greedy-k on the test queries of one split."""
+def baseline_result(split: Split, test_q: list[str], metric: str) -> dict:
+  """Oracle, Fixed-k and Greedy-k on the test queries of one split.
+
+  Greedy-k is fitted on all training queries (validation ones included).
+  """
   r_test, mask_test = split.test.rewards_qn, split.test.mask_qn
   cutoffs = {"oracle": baselines.oracle_cutoffs(r_test, mask_test)}
   for k in FIXED_K:
     cutoffs[f"fixed_{k}"] = baselines.fixed_cutoffs(k, mask_test)
-  greedy = baselines.greedy_k(split.train.rewards_qn, split.train.mask_qn)
+  greedy = baselines.greedy_k(
+      np.concatenate([split.train.rewards_qn, split.valid.rewards_qn]), None)
   cutoffs["greedy"] = baselines.fixed_cutoffs(greedy, mask_test)
   result = {"qids": test_q, "metric": metric, "greedy_k": greedy,
-            "train_seconds": {}, "methods": {}}
+            "train_seconds": {}, "selection": {}, "methods": {}}
   for name, ks in cutoffs.items():
     _add(result, name, ks, r_test)
   return result
@@ -102,12 +103,17 @@ def _add(result: dict, name: str, ks, r_test) -> None:
       "values": [float(v) for v in rewards.at_cutoff(r_test, ks)]}
 
 
-def add_method(config, split: _Split, result: dict, method: str, seed: int
+def add_method(config, split: Split, result: dict, method: str, seed: int
                ) -> None:
-  """Trains `method` (or the recall model, "recall") and adds its results."""
+  """Trains `method` (or the recall model, "recall"), selecting its epoch on
+  the validation lists, and adds its test results and selection record."""
   start = time.time()
-  model, _ = train.fit(method_config(config, method, result["metric"], seed),
-                       split.train)
+  model, history = train.fit(
+      method_config(config, method, result["metric"], seed), split.train,
+      split.valid)
+  result.setdefault("selection", {})[method] = {
+      "best_epoch": history.best_epoch, "epochs": len(history.valid),
+      "valid": [round(float(v), 6) for v in history.valid]}
   logits = train.predict_logits(model, split.test)
   if method == "recall":
     cut_logits = np.asarray(result["attncut_logits"], np.float32)
@@ -145,9 +151,11 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> None:
   method[, number of splits])` (method-major, so the main comparison over all
   splits finishes before the variants start).
   """
-  from tqdm import tqdm  # pylint: disable=g-import-not-at-top
   ranked = lists.read(config.run, config.qrels, config.depth)
-  features_qnf = features.score_features(ranked.scores_qn, ranked.mask_qn)
+  texts = (features.corpus_texts(config.corpus, ranked.docids, config.run)
+           if config.get("corpus") else None)
+  features_qnf = features.list_features(ranked.scores_qn, ranked.mask_qn,
+                                        ranked.docids, texts)
   split_list = {p: splits(config, ranked.qids, p) for p in config.protocols}
   jobs = [(entry[0], entry[1], entry[2], split)
           for entry in config.schedule if entry[0] in split_list
@@ -166,7 +174,8 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> None:
     key = (protocol, name, metric)
     if key not in cache:
       cache.clear()
-      cache[key] = _Split(ranked, features_qnf, train_q, test_q, metric)
+      cache[key] = Split(ranked, features_qnf, train_q, test_q, metric, seed,
+                         config.train.valid_fraction)
     if result is None:
       result = baseline_result(cache[key], test_q, metric)
     if method != "baselines":
@@ -179,7 +188,6 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> None:
 
 def write_report(config: ml_collections.ConfigDict, workdir: str) -> None:
   """Tables (markdown + JSON) and the cut-off plot from the results present."""
-  from best_jax.truncate import report  # pylint: disable=g-import-not-at-top
   results = {}
   root = os.path.join(workdir, "results")
   for protocol in sorted(os.listdir(root)) if os.path.isdir(root) else []:

@@ -3,7 +3,8 @@
 Score-derived features are always present. Document statistics (length,
 unique tokens) and neighbour similarities (tf-idf and doc2vec cosine to the
 documents at ranks n−1 and n+1, via gensim) are added when document texts are
-given. Robust04 has no texts here, so its models see score features only.
+given (`corpus_texts`: a corpus file as `rerank` reads it). Robust04 has no
+texts here, so its models see score features only.
 """
 
 from __future__ import annotations
@@ -11,6 +12,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import numpy as np
+from gensim import corpora, matutils, models
+from gensim.models import doc2vec
+
+from best_jax.data.corpus import read_ranked_documents
 
 SCORE_FEATURES = ("score", "score_z_in_list", "score_minmax_in_list",
                   "gap_to_previous", "gap_to_next", "rank_fraction")
@@ -62,9 +67,6 @@ def text_features(docids: list[list[str]], texts: Mapping[str, str],
   tf-idf and doc2vec are fitted with gensim on the documents of the lists
   (the paper fits them on the whole corpus). Missing texts count as empty.
   """
-  from gensim import corpora, matutils, models  # pylint: disable=g-import-not-at-top
-  from gensim.models import doc2vec  # pylint: disable=g-import-not-at-top
-
   unique = sorted({d for ranking in docids for d in ranking})
   tokens = {d: texts.get(d, "").lower().split() for d in unique}
   dictionary = corpora.Dictionary(tokens[d] for d in unique)
@@ -91,6 +93,18 @@ def text_features(docids: list[list[str]], texts: Mapping[str, str],
                         np.mean(tfidf_sim) if tfidf_sim else 0.0,
                         np.mean(d2v_sim) if d2v_sim else 0.0)
   return features
+
+
+def corpus_texts(corpus: str, docids: list[list[str]], run_path: str
+                 ) -> dict[str, str]:
+  """`title text` of every ranked document from a corpus file or id.
+
+  A document the corpus lacks is an `InputError` naming the run's line.
+  """
+  needed = {d for ranking in docids for d in ranking}
+  documents = read_ranked_documents(corpus, needed, run_path)
+  return {d: f"{title} {text}".strip()
+          for d, (title, text) in documents.items()}
 
 
 def list_features(scores_qn: np.ndarray, mask_qn: np.ndarray,

@@ -92,7 +92,7 @@ def read_folds(path: str | os.PathLike) -> list[tuple[list[str], list[str]]]:
   """Reads capreolus-style folds: `{fold: {train_qids, predict: {dev, test}}}`.
 
   Returns (train, test) query ids per fold; the dev queries join training
-  (truncation models are trained for a fixed number of epochs).
+  (truncation models draw their validation queries from the training ones).
   """
   try:
     folds = json.loads(files.read_text(path))

@@ -11,10 +11,20 @@ from __future__ import annotations
 import json
 import os
 
+import matplotlib
 import numpy as np
 
 from best_jax.data.files import atomic_write
 from best_jax.evaluate import significance
+
+matplotlib.use("Agg")  # Files only, never a window.
+import matplotlib.pyplot as plt  # noqa: E402  pylint: disable=g-import-not-at-top,wrong-import-position
+
+LABELS = {"oracle": "Oracle", "fixed_5": "Fixed-k (5)",
+          "fixed_10": "Fixed-k (10)", "fixed_50": "Fixed-k (50)",
+          "greedy": "Greedy-k", "bicut": "BiCut", "choppy": "Choppy",
+          "attncut": "AttnCut", "attncut_mle": "AttnCut-MLE",
+          "attncut_bi": "AttnCut-Bi", "attncut_rl": "AttnCut-RL"}
 
 # AttnCut paper, Robust04 with BM25 lists (Tables 2-4); None: lost from our copy.
 PAPER_TABLE3 = {"oracle": (0.3591, 1.3328), "fixed_5": (0.1550, 0.1876),
@@ -28,11 +38,15 @@ PAPER_TABLE4 = {0.0: (0.3591, 0.3777, 49, 0.2821, 0.3527, 49),
                 0.5: (0.3600, 0.5818, 36, 0.2171, 0.6837, 36),
                 0.7: (0.3478, 0.7470, 19, 0.1572, 0.8323, 18)}
 TABLE3_ROWS = ("oracle", "fixed_5", "fixed_10", "fixed_50", "greedy", "bicut",
-               "choppy", "attncut", "attncut_long")
+               "choppy", "attncut")
 TABLE2_ROWS = ("attncut_mle", "attncut_bi", "attncut_rl", "attncut")
-NOTE = ("Features: score-derived only (Robust04 document texts are not "
-        "available here); lists: BM25+RM3 top 300, all 250 topics "
-        "(topic 672 has no relevant document: F1 = 0).")
+def _note(config) -> str:
+  features = ("score-derived and text (length, unique tokens, tf-idf and "
+              f"doc2vec neighbour similarity; corpus {config.corpus})"
+              if config.get("corpus") else "score-derived only")
+  return (f"Features: {features}; lists: {os.path.basename(config.run)} top "
+          f"{config.depth}; model selection on a validation split of the "
+          "training queries.")
 
 
 def _fmt(value, digits=4):
@@ -63,8 +77,9 @@ def _p(a: dict | None, b: dict | None, kind="wilcoxon_p"):
   return getattr(test, kind)
 
 
-def _metric_table(per_metric: dict, rows, paper: dict, title: str) -> tuple:
-  lines = [f"### {title}", "", NOTE, "",
+def _metric_table(per_metric: dict, rows, paper: dict, title: str,
+                  note: str) -> tuple:
+  lines = [f"### {title}", "", note, "",
            "| method | F1@k (ours) | F1@k (paper, BM25) | DCG@k (ours) | "
            "DCG@k (paper, BM25) | Wilcoxon p vs BiCut (F1 / DCG) |",
            "| --- | --- | --- | --- | --- | --- |"]
@@ -91,7 +106,6 @@ def _metric_table(per_metric: dict, rows, paper: dict, title: str) -> tuple:
 
 
 def _label(row):
-  from best_jax.truncate.experiment import LABELS  # pylint: disable=g-import-not-at-top
   return LABELS.get(row, row)
 
 
@@ -101,10 +115,10 @@ def _comparisons(per_metric: dict) -> tuple:
            "| pairs |",
            "| --- | --- | --- | --- | --- | --- | --- |"]
   data = {}
-  pairs = [(metric, mine, other) for metric in ("f1", "dcg")
-           for mine in ("attncut", "attncut_long")
+  pairs = [(metric, other) for metric in ("f1", "dcg")
            for other in ("greedy", "bicut", "choppy")]
-  for metric, mine, other in pairs:
+  mine = "attncut"
+  for metric, other in pairs:
     a = _summary(per_metric.get(metric, {}), mine)
     b = _summary(per_metric.get(metric, {}), other)
     if a is None or b is None:
@@ -121,8 +135,30 @@ def _comparisons(per_metric: dict) -> tuple:
   return lines, data
 
 
-def _recall_table(per_split: dict, sigmas) -> tuple:
-  lines = ["### Recall constraint (Table 4 analogue, F1 target)", "", NOTE, "",
+def _selection(per_metric: dict) -> tuple:
+  """The validation-selected epoch of each learned method, over splits."""
+  lines = ["### Model selection (validation split of the training queries)",
+           "", "| metric | method | selected epoch: mean (min-max) | epochs "
+           "run: mean | splits |", "| --- | --- | --- | --- | --- |"]
+  data = {}
+  for metric in ("f1", "dcg"):
+    chosen = {}
+    for _, result in sorted(per_metric.get(metric, {}).items()):
+      for method, record in result.get("selection", {}).items():
+        chosen.setdefault(method, []).append(
+            (record["best_epoch"], record["epochs"]))
+    for method, pairs in sorted(chosen.items()):
+      best, run = np.array(pairs).T
+      data[f"{metric}/{method}"] = {"best_epoch": best.tolist(),
+                                    "epochs": run.tolist()}
+      lines.append(f"| {metric} | {_label(method)} | {best.mean():.1f} "
+                   f"({best.min()}-{best.max()}) | {run.mean():.1f} | "
+                   f"{len(pairs)} |")
+  return lines, data
+
+
+def _recall_table(per_split: dict, sigmas, note: str) -> tuple:
+  lines = ["### Recall constraint (Table 4 analogue, F1 target)", "", note, "",
            "| σ | model | F1@k | R@k | queries meeting σ | paper F1 / R@k / "
            "meeting (of 50) |", "| --- | --- | --- | --- | --- | --- |"]
   data = {}
@@ -160,9 +196,6 @@ def _plot(per_split: dict, path: str) -> bool:
       attncut += r["methods"]["attncut"]["cutoffs"]
   if not attncut:
     return False
-  import matplotlib  # pylint: disable=g-import-not-at-top
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
   edges = np.arange(0, 301, 10)
   fig, ax = plt.subplots(figsize=(6, 3.5))
   ax.hist([oracle, attncut], bins=edges, label=["Oracle", "AttnCut"],
@@ -170,7 +203,7 @@ def _plot(per_split: dict, path: str) -> bool:
                    np.full(len(attncut), 1 / len(attncut))])
   ax.set_xlabel("cut-off position k")
   ax.set_ylabel("fraction of test queries")
-  ax.set_title("Robust04 BM25+RM3, F1 target: cut-off positions")
+  ax.set_title("F1 target: cut-off positions")
   ax.legend()
   fig.tight_layout()
   with atomic_write(path, "wb") as f:
@@ -181,40 +214,50 @@ def _plot(per_split: dict, path: str) -> bool:
 
 def write(config, results: dict, workdir: str) -> None:
   """Writes `truncation_report.md`, `truncation_report.json` and the plot."""
-  md, data = ["# Ranked-list truncation on Robust04", ""], {}
+  md, data = ["# Ranked-list truncation", ""], {}
+  note = _note(config)
+  # The paper's figures are for Robust04; other lists show none.
+  paper = config.get("paper_figures", True)
   random = results.get("random", {})
   if random:
     lines, data["table3"] = _metric_table(
-        random, TABLE3_ROWS, PAPER_TABLE3,
-        f"Table 3 analogue: random 80/20 splits, seeds {list(config.seeds)}")
+        random, TABLE3_ROWS, PAPER_TABLE3 if paper else {},
+        f"Table 3 analogue: random 80/20 splits, seeds {list(config.seeds)}",
+        note)
     md += lines + [""]
     lines, data["comparisons"] = _comparisons(random)
     md += lines + [""]
     lines, data["table2"] = _metric_table(
-        random, TABLE2_ROWS, PAPER_TABLE2, "Table 2 analogue: AttnCut variants")
+        random, TABLE2_ROWS, PAPER_TABLE2 if paper else {}, "Table 2 analogue: AttnCut variants",
+        note)
     md += lines + [""]
     oracle = (data["table3"].get("oracle") or {}).get("f1")
-    for row in ("attncut", "attncut_long"):
-      attncut = (data["table3"].get(row) or {}).get("f1")
-      if oracle and attncut:
-        ratio = attncut["mean"] / oracle["mean"]
-        data[f"{row}_over_oracle_f1"] = ratio
-        md += [f"{_label(row)} F1 / Oracle F1 = {ratio:.4f} (paper, BM25 "
-               f"lists: 0.2821 / 0.3591 = {0.2821 / 0.3591:.4f}).", ""]
+    attncut = (data["table3"].get("attncut") or {}).get("f1")
+    if oracle and attncut:
+      ratio = attncut["mean"] / oracle["mean"]
+      data["attncut_over_oracle_f1"] = ratio
+      md += [f"AttnCut F1 / Oracle F1 = {ratio:.4f}" + (
+          f" (paper, BM25 lists: 0.2821 / 0.3591 = {0.2821 / 0.3591:.4f})"
+          if paper else "") + ".", ""]
+    lines, data["selection"] = _selection(random)
+    md += lines + [""]
     greedy = {m: [r["greedy_k"] for _, r in sorted(random[m].items())]
               for m in random}
     data["greedy_k"] = greedy
-    md += [f"Greedy-k per split: {greedy} (paper, BM25: F1 44, DCG 2).", ""]
-    lines, data["table4"] = _recall_table(random.get("f1", {}), config.sigmas)
-    md += lines + [""]
+    md += [f"Greedy-k per split: {greedy}" +
+           (" (paper, BM25: F1 44, DCG 2)." if paper else "."), ""]
+    lines, data["table4"] = _recall_table(random.get("f1", {}), config.sigmas,
+                                        note)
+    if data["table4"]:  # the recall model ran
+      md += lines + [""]
     if _plot(random.get("f1", {}), os.path.join(workdir,
                                                 "truncation_cutoffs.png")):
       md += ["![cut-off positions](truncation_cutoffs.png)", ""]
   folds = results.get("folds", {})
   if folds:
     lines, data["cross_validation"] = _metric_table(
-        folds, TABLE3_ROWS + TABLE2_ROWS[:-1], PAPER_TABLE3,
-        f"5-fold cross-validation ({os.path.basename(config.folds)})")
+        folds, TABLE3_ROWS + TABLE2_ROWS[:-1], PAPER_TABLE3 if paper else {},
+        f"5-fold cross-validation ({os.path.basename(config.folds)})", note)
     md += lines + [""]
   data["config"] = config.to_dict()
   with atomic_write(os.path.join(workdir, "truncation_report.md")) as f:

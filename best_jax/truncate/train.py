@@ -1,5 +1,10 @@
 """Pure jitted train and predict steps for the truncation models, and a loop.
 
+`fit` trains on one set of lists and selects the parameters on another (the
+validation lists, held out of the training queries): after each epoch it
+evaluates the validation objective, keeps the best epoch's parameters and
+stops after `patience` epochs without improvement or at `epochs`.
+
 The train step is `(graphdef, state, batch, key) -> (state, loss)`, jitted once
 per (model, loss) with the state donated. Batches have a fixed shape
 `[batch_size, N, F]`: the last batch of an epoch is filled with fully masked
@@ -39,7 +44,9 @@ def default_config() -> ml_collections.ConfigDict:
       bins=5,              # recall bins of the recall-constraint model
       learning_rate=1e-3,
       batch_size=20,
-      epochs=30,
+      epochs=30,           # the most epochs (the same budget for every method)
+      patience=5,          # stop after this many epochs without improvement
+      valid_fraction=0.2,  # training queries held out for model selection
       dropout=0.2,
       seed=0,
       lstm_hidden=128,     # AttnCut/BiCut LSTM units per direction
@@ -65,6 +72,14 @@ class Arrays:
              for f in dataclasses.fields(self)}
     batch["mask_bn"] = batch["mask_bn"] & (index_b >= 0)[:, None]
     return batch
+
+
+def subset(ranked: lists_lib.RankedLists, features_qnf: np.ndarray,
+           metric: str, qids: list[str]) -> Arrays:
+  """`arrays` of the lists of `qids` (rows of `ranked` and `features_qnf`)."""
+  index = {q: i for i, q in enumerate(ranked.qids)}
+  rows = np.array([index[q] for q in qids], np.int64)
+  return arrays(ranked.select(qids), metric, features_qnf[rows])
 
 
 def arrays(ranked: lists_lib.RankedLists, metric: str,
@@ -134,22 +149,57 @@ def new_model(config: ml_collections.ConfigDict, in_features: int, depth: int):
                       choppy_heads=config.choppy_heads)
 
 
-def fit(config: ml_collections.ConfigDict, data: Arrays, progress=None):
-  """Trains a model on all lists of `data`; returns it and the epoch losses."""
-  _, depth, in_features = data.features_qnf.shape
-  model = new_model(config, in_features, depth)
-  optimizer = nnx.Optimizer(
+def new_optimizer(config: ml_collections.ConfigDict, model) -> nnx.Optimizer:
+  """Adam with global-norm clipping at 1."""
+  return nnx.Optimizer(
       model, optax.chain(optax.clip_by_global_norm(1.0),
                          optax.adam(config.learning_rate)), wrt=nnx.Param)
-  graphdef, state = nnx.split((model, optimizer))
+
+
+@dataclasses.dataclass(frozen=True)
+class History:
+  """Per-epoch training losses and validation objectives; the chosen epoch."""
+  losses: np.ndarray
+  valid: np.ndarray
+  best_epoch: int  # 1-based: the epoch whose parameters `fit` returned
+
+
+def validation_objective(model, data: Arrays) -> float:
+  """What model selection maximises on the validation lists.
+
+  The mean reward (the metric of `data`: F1@k or DCG@k) at the predicted
+  cut-offs; for the recall-bin model, which predicts no cut-off, minus its
+  loss.
+  """
+  logits = predict_logits(model, data)
+  if model.head == "bins":
+    return -float(losses.recall_bin_loss(
+        jnp.asarray(logits), data.recall_qn, where=data.mask_qn,
+        bins=logits.shape[-1]))
+  cutoffs = cutoffs_from_logits(logits, data.mask_qn, model.head)
+  return float(np.mean(rewards.at_cutoff(data.rewards_qn, cutoffs)))
+
+
+def fit(config: ml_collections.ConfigDict, data: Arrays, valid: Arrays,
+        progress=None):
+  """Trains on `data`, selects on `valid`; returns the model and a History.
+
+  At most `config.epochs` epochs; the parameters returned are those after the
+  epoch with the best `validation_objective` (the earliest on ties), and
+  training stops `config.patience` epochs after it.
+  """
+  _, depth, in_features = data.features_qnf.shape
+  model = new_model(config, in_features, depth)
+  graphdef, state = nnx.split((model, new_optimizer(config, model)))
   order_rng = np.random.default_rng(config.seed)
   root_key = jax.random.key(config.seed)
   size = config.batch_size
   n = data.mask_qn.shape[0]
   steps_per_epoch = -(-n // size)
-  epoch_losses = []
+  epoch_losses, valid_values = [], []
+  best_state, best_epoch = None, 0
   step = 0
-  for _ in range(config.epochs):
+  for epoch in range(1, config.epochs + 1):
     order = np.full(steps_per_epoch * size, -1)
     order[:n] = order_rng.permutation(n)
     step_losses = []
@@ -161,11 +211,20 @@ def fit(config: ml_collections.ConfigDict, data: Arrays, progress=None):
           samples=config.rl_samples, bins=config.bins)
       step_losses.append(value)
       step += 1
-    epoch_losses.append(jnp.mean(jnp.stack(step_losses)))
+    epoch_losses.append(float(jnp.mean(jnp.stack(step_losses))))
+    model, _ = nnx.merge(graphdef, state)
+    valid_values.append(validation_objective(model, valid))
     if progress is not None:
       progress.update(1)
+    if best_state is None or valid_values[-1] > valid_values[best_epoch - 1]:
+      # The step donates `state`: keep a host copy of the best parameters.
+      best_state, best_epoch = jax.device_get(nnx.state(model)), epoch
+    elif epoch - best_epoch >= config.patience:
+      break
   model, _ = nnx.merge(graphdef, state)
-  return model, np.asarray(jax.device_get(jnp.stack(epoch_losses)))
+  nnx.update(model, best_state)
+  return model, History(np.asarray(epoch_losses), np.asarray(valid_values),
+                        best_epoch)
 
 
 def predict_logits(model, data: Arrays, batch_size: int = 50) -> np.ndarray:
