@@ -1,21 +1,24 @@
-"""Fraction of encoder FLOPs spent on padding, SQuAD long documents.
+"""Padding waste of the rows `best_jax train` encodes, for one config.
 
-    python bench/padding_waste.py --json bench/results/padding_waste.json
+    python bench/padding_waste.py --config configs/squad_longdoc.py:cpu \\
+        --config.data.dir=DATA --json bench/results/padding_waste_cpu.json
 
-The 48 SQuAD v1.1 dev articles (paragraphs joined) are segmented for
-inference by `best_jax.segments.Segmenter` and paired with their first
-question as `[CLS] q [SEP] title segment [SEP]` rows of `--max-len` tokens.
-Documents go in batches of `--docs` articles; S is the most segments in the
-batch. The FLOPs of a row of L positions with n real tokens count the dense
-layers per position (2·(4d² + 2d·m) per layer) and attention per position
-pair (4d per layer); useful FLOPs are those of the real rows at their real
-length n. Waste = 1 − useful ÷ computed, for:
+Builds the experiment's inputs and ranker as `best_jax train` does
+(`experiment.inputs.build_inputs`, `experiment.models.build_ranker`) and
+reports the fraction of the encoder's row tokens that are padding:
 
-- dense: every `[D, S, L]` row is encoded (padded segments included);
-- gathered: only valid segments, in chunks of `--chunk` rows with the last
-  chunk padded (`best_jax.select.selection.SegmentScorer`);
-- gathered + length buckets (not implemented, a what-if): valid rows sorted by
-  length, each chunk cut to its longest row rounded up to `--bucket`.
+- test scoring: the ranker's scorer's `padding(pairs)` over the test pairs
+  `best_jax train` scores (each query's first-stage top `eval.depth`, then
+  gold pairs), with the config's length buckets, with one bucket (`max_len`)
+  and with `--counts` evenly spaced buckets (`default_buckets`);
+- training: batches are not bucketed (one shape, `max_len` rows, or the
+  bi-encoder's content and query lengths); the padding of the first
+  `--batches` batches of the schedule as FirstP's `train_step` and BeST's
+  joint step encode them (`experiment.examples`; the joint step encodes
+  every one of its `k_train` segment rows, valid or not).
+
+Tokens, not FLOPs: dense layers cost the same per token, attention more per
+token in longer rows, so the FLOP fraction is a little higher.
 """
 
 from __future__ import annotations
@@ -24,91 +27,92 @@ import argparse
 import json
 import os
 import sys
+import tempfile
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def row_flops(tokens: np.ndarray, config) -> np.ndarray:
-  """Encoder FLOPs of rows computing `tokens` positions each."""
-  d, m = config.hidden_size, config.intermediate_size
-  dense = 2 * (4 * d * d + 2 * d * m)
-  attention = 4 * d
-  return config.num_layers * (dense * tokens + attention * tokens ** 2.0)
+def training_padding(inputs, build, num_batches: int) -> float:
+  """Padding fraction of the first `num_batches` batches' rows of
+  `build(index, group)` (`experiment.examples`)."""
+  real = total = 0
+  index = 0
+  for batch in inputs.schedule[:num_batches]:
+    for group in batch:
+      example = build(index, group)
+      index += 1
+      mask = example["attention_mask"]
+      real += int(mask[example["mask"]].sum())
+      total += mask.size
+      if "query_mask" in example:  # the bi-encoder's query row
+        real += int(example["query_mask"].sum())
+        total += example["query_mask"].size
+  return 1.0 - real / max(total, 1)
 
 
 def main(argv=None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  from best_jax.config import add_config_arguments, load_config
+  add_config_arguments(parser)
   parser.add_argument("--json")
-  parser.add_argument("--squad", default=os.path.join(
-      ROOT, "..", "shared", "data", "squad", "dev-v1.1.json"))
-  parser.add_argument("--max-len", type=int, default=256)
-  parser.add_argument("--docs", type=int, default=8)
-  parser.add_argument("--chunk", type=int, default=32)
-  parser.add_argument("--bucket", type=int, default=32)
-  args = parser.parse_args(argv)
+  parser.add_argument("--counts", type=int, nargs="*", default=[2, 8])
+  parser.add_argument("--batches", type=int, default=20)
+  args = parser.parse_args(sys.argv[1:] if argv is None else argv)
 
   import machine
-  from best_jax.data.files import atomic_write, read_text
-  from best_jax.models import BertConfig
-  from best_jax.models.pretrained import checkpoint_dir
-  from best_jax.segments.config import SegmenterConfig
-  from best_jax.segments.packing import pack_inputs
-  from best_jax.segments.segmenter import Segmenter
+  from best_jax.data.files import atomic_write
+  from best_jax.experiment import checks, examples
+  from best_jax.experiment.inputs import build_inputs
+  from best_jax.experiment.models import build_ranker
+  from best_jax.experiment.workdir import Workdir
+  from best_jax.select.selection import default_buckets
 
-  articles = json.loads(read_text(args.squad))["data"]
-  documents = [(a["title"].replace("_", " "),
-                "\n".join(p["context"] for p in a["paragraphs"]))
-               for a in articles]
-  questions = [a["paragraphs"][0]["qas"][0]["question"] for a in articles]
-  seg_config = SegmenterConfig(max_len=args.max_len)
-  segmenter = Segmenter(seg_config)
-  model = BertConfig.from_checkpoint(checkpoint_dir())
-  useful = dense = gathered = bucketed = 0.0
-  rows = valid_rows = 0
-  for start in range(0, len(documents), args.docs):
-    batch = segmenter.segment(documents[start:start + args.docs])
-    query_ids, query_mask = segmenter.tokenize_queries(
-        questions[start:start + args.docs])
-    inputs = pack_inputs(query_ids[:, None], query_mask[:, None],
-                         batch.tokens_dsl, batch.mask_dsl, config=seg_config,
-                         special=segmenter.special)
-    real_ds = inputs["attention_mask"].sum(-1)
-    valid = batch.segment_mask_ds
-    full = row_flops(np.array(args.max_len), model)
-    useful += row_flops(real_ds[valid], model).sum()
-    dense += full * valid.size
-    count = int(valid.sum())
-    gathered += full * (-(-count // args.chunk) * args.chunk)
-    # Sorted by length, each chunk cut to its longest row rounded up to a
-    # multiple of --bucket (a few compiled shapes instead of one).
-    lengths = np.sort(real_ds[valid])[::-1]
-    for chunk_start in range(0, count, args.chunk):
-      width = -(-lengths[chunk_start] // args.bucket) * args.bucket
-      bucketed += row_flops(np.array(width), model) * args.chunk
-    rows += valid.size
-    valid_rows += count
-  result = {
-      "documents": len(documents), "max_len": args.max_len,
-      "docs_per_batch": args.docs, "chunk": args.chunk,
-      "rows_dense": rows, "rows_valid": valid_rows,
-      "waste_dense": 1 - useful / dense,
-      "waste_gathered": 1 - useful / gathered,
-      "bucket": args.bucket,
-      "waste_gathered_length_buckets": 1 - useful / bucketed,
-  }
-  print(f"{len(documents)} SQuAD articles, {valid_rows} segments "
-        f"({rows} rows dense): padding waste dense "
-        f"{result['waste_dense']:.1%}, gathered chunks of {args.chunk} "
-        f"{result['waste_gathered']:.1%}, and cut to length buckets of "
-        f"{args.bucket} {result['waste_gathered_length_buckets']:.1%}")
+  config = load_config(args.config, args.config_overrides)
+  mesh = checks.check_config(config)
+  inputs = build_inputs(config, Workdir(tempfile.mkdtemp()))
+  ranker = build_ranker(config, inputs, mesh)
+  scorer = ranker.scorer
+  pairs = inputs.pairs["test"]
+  max_len = config.segments.max_len
+  layouts = {"config": scorer.buckets, "one": (max_len,)}
+  layouts.update({f"{n} buckets": default_buckets(max_len, count=n)
+                  for n in args.counts})
+  scoring = {}
+  for name, buckets in layouts.items():
+    waste = type(scorer)(ranker.trainer, scorer.source,
+                         rows_per_call=scorer.rows_per_call,
+                         buckets=buckets).padding(pairs)
+    scoring[name] = {"buckets": list(buckets), "padding": waste}
+    print(f"test scoring, {name} {list(buckets)}: {waste:.1%} padding")
+  family = config.ranker.kind
+  training = {
+      "firstp train_step": training_padding(
+          inputs, examples.SegmentExamples(inputs, "firstp", config.seed,
+                                           family=family), args.batches),
+      "best joint_step": training_padding(
+          inputs, examples.AllSegmentExamples(inputs, family=family),
+          args.batches)}
+  for name, waste in training.items():
+    print(f"training, {name} (first {args.batches} batches, unbucketed): "
+          f"{waste:.1%} padding")
+  num_candidates = sum(map(len, inputs.candidates["test"].values()))
+  result = {"config": args.config, "overrides": args.config_overrides,
+            "family": family, "max_len": max_len,
+            "rows_per_call": scorer.rows_per_call,
+            "test_pairs": len(pairs), "test_candidates": num_candidates,
+            "test_queries": len(inputs.candidates["test"]),
+            "scoring": scoring, "training_batches": args.batches,
+            "training": training}
+  print(f"{len(pairs)} test pairs ({num_candidates} first-stage candidates "
+        f"of {result['test_queries']} queries, then gold pairs)")
   if args.json:
     with atomic_write(args.json) as f:
       json.dump({"benchmark": "padding_waste", "machine": machine.describe(),
-                 "results": result}, f, indent=1)
+                 "config": config.to_dict(), "results": result}, f, indent=1,
+                default=str)
   return 0
 
 

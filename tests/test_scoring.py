@@ -183,3 +183,18 @@ def test_bi_encoder_scores_embed_each_text_once(trainer):
     np.testing.assert_allclose(scores[(qid, docid)], want, rtol=1e-5,
                                atol=1e-5)
   assert scored.select() == {p: int(np.argmax(s)) for p, s in scores.items()}
+
+
+def test_bi_encoder_padding_counts_segments_and_queries_once(trainer):
+  from best_jax.models.bi_encoder import BiEncoderRanker
+  from best_jax.select.embedding import EmbeddingScorer
+  model_config = BertConfig.tiny(max_position_embeddings=LENGTH)
+  bi = build_trainer(lambda rngs: BiEncoderRanker(model_config, rngs=rngs),
+                     tiny_config(), mesh=trainer.mesh)
+  source = RandomTexts(RandomSegments([3, 1, 4, 2], seed=5))
+  scorer = EmbeddingScorer(bi, source, rows_per_call=8, buckets=(LENGTH,))
+  pairs = [(f"q{q}", f"d{d}") for q in range(3) for d in range(4)]
+  tokens = sum(source.segment_length(d, s) for (d, s) in source.segments.rows)
+  # 10 segment rows in 2 chunks of 8, 3 query rows of 6 tokens in 1 chunk.
+  assert scorer.padding(pairs) == pytest.approx(
+      1 - (tokens + 18) / (24 * LENGTH))

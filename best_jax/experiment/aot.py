@@ -32,6 +32,7 @@ import json
 import math
 import os
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 import jax
@@ -234,8 +235,9 @@ def _steps(config: ml_collections.ConfigDict, trainer: Trainer, *,
 
 def compile_steps(topology_name: str, config: ml_collections.ConfigDict,
                   model: BertConfig, *, hbm_bytes: int | None = None
-                  ) -> list[AotReport]:
-  """Compiles every step `config`'s regimes use on `topology_name`."""
+                  ) -> Iterator[AotReport]:
+  """Compiles every step `config`'s regimes use on `topology_name`, one
+  report as each step compiles (a slow compile shows the earlier ones)."""
   chip = chips_lib.chip_for_topology(topology_name)
   devices = topology_devices(topology_name)
   mesh = sharding_lib.make_mesh(config.mesh.shape, config.mesh.axis_names,
@@ -275,7 +277,6 @@ def compile_steps(topology_name: str, config: ml_collections.ConfigDict,
             labels=Feature((config.train.group_size,), jnp.float32),
             mask=Feature((config.train.group_size,), bool)),
         row_length=qds_len, segments=1, joint=False)
-  reports = []
   for name, jitted, args, shape in steps:
     with jax.set_mesh(mesh):
       try:
@@ -292,7 +293,7 @@ def compile_steps(topology_name: str, config: ml_collections.ConfigDict,
     if isinstance(cost, (list, tuple)):  # older jax: one dict per program
       cost = cost[0]
     memory = compiled.memory_analysis()
-    reports.append(AotReport(
+    yield AotReport(
         topology=topology_name, step=name, chip=chip.name,
         devices=len(devices), hosts=len({d.process_index for d in devices}),
         mesh={axis: int(size) for axis, size in mesh.shape.items()},
@@ -303,8 +304,15 @@ def compile_steps(topology_name: str, config: ml_collections.ConfigDict,
         alias_bytes=int(memory.alias_size_in_bytes),
         temp_bytes=int(memory.temp_size_in_bytes),
         code_bytes=int(memory.generated_code_size_in_bytes),
-        hbm_bytes=hbm_bytes or chip.hbm_bytes))
-  return reports
+        hbm_bytes=hbm_bytes or chip.hbm_bytes)
+
+
+def _write_json(path: str | None, reports: list[AotReport],
+                failures: list[str]) -> None:
+  if path:
+    with atomic_write(path) as f:
+      json.dump({"reports": [r.as_dict() for r in reports],
+                 "failures": failures}, f, indent=2)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -336,13 +344,11 @@ def main(args: argparse.Namespace) -> int:
           check_fits(report)
         except DoesNotFit as e:
           failures.append(str(e))
+        _write_json(args.json, reports, failures)  # a later step may be slow
     except DoesNotFit as e:  # the compiler itself refused
       print(f"topology {topology}: DOES NOT FIT", flush=True)
       failures.append(str(e))
-    if args.json:  # after each topology: a later one may take long or fail
-      with atomic_write(args.json) as f:
-        json.dump({"reports": [r.as_dict() for r in reports],
-                   "failures": failures}, f, indent=2)
+      _write_json(args.json, reports, failures)
   for failure in failures:
     print(f"error: {failure}", file=sys.stderr)
   return 1 if failures else 0

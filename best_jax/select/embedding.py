@@ -25,7 +25,8 @@ from flax import nnx
 
 from best_jax.data.pipeline import Feature
 from best_jax.select.selection import (Pair, PairScores, feed, gather,
-                                       jit_buffer_step, padded_count)
+                                       jit_buffer_step, padded_count,
+                                       padded_tokens)
 
 
 class TextRows(Protocol):
@@ -177,6 +178,26 @@ class EmbeddingScorer:
     self.built = (built_s[0] + built_q[0], built_s[1] + built_q[1])
     return PairScores(pairs, scores_ps)
 
+
+  def padding(self, pairs: Sequence[Pair], max_segments: int | None = None
+              ) -> float:
+    """Fraction of the encoder's row tokens spent on padding, as `score`
+    would lay out the segment rows and the query rows (each text embedded
+    once) on one process."""
+    docids = list(dict.fromkeys(d for _, d in pairs))
+    self.source.prepare(docids)
+    segments = []
+    for docid in docids:
+      count = self.source.num_segments(docid)
+      if max_segments is not None:
+        count = min(count, max_segments)
+      segments += [self.source.segment_length(docid, s) for s in range(count)]
+    queries = [self.source.query_length(q)
+               for q in dict.fromkeys(q for q, _ in pairs)]
+    real, total = np.sum([padded_tokens(rows, self.buckets,
+                                        self.rows_per_call)
+                          for rows in (segments, queries)], axis=0)
+    return 1.0 - int(real) / max(int(total), 1)
 
 @functools.lru_cache(maxsize=None)
 def _zeros(rows: int, hidden: int, sharding: jax.NamedSharding):

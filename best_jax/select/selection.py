@@ -287,21 +287,30 @@ class SegmentScorer:
               ) -> float:
     """Fraction of the encoder's row tokens spent on padding (tokens of
     padded rows and past each row's end), as `score` would lay them out on
-    one process; the row count of every chunk is `rows_per_call`."""
-    real, total = 0, 0
-    lengths: dict[int, list[int]] = {b: [] for b in self.buckets}
+    one process."""
     self.source.prepare(list(dict.fromkeys(d for _, d in pairs)))
+    lengths = []
     for qid, docid in pairs:
       segments = self.source.num_segments(docid)
       for s in range(segments if max_segments is None
                      else min(segments, max_segments)):
-        length = self.source.row_length(qid, docid, s)
-        lengths[next(b for b in self.buckets if b >= length)].append(length)
-    for bucket, values in lengths.items():
-      real += sum(values)
-      total += math.ceil(len(values) / self.rows_per_call) * (
-          self.rows_per_call * bucket)
+        lengths.append(self.source.row_length(qid, docid, s))
+    real, total = padded_tokens(lengths, self.buckets, self.rows_per_call)
     return 1.0 - real / max(total, 1)
+
+
+def padded_tokens(lengths: Sequence[int], buckets: Sequence[int],
+                  rows_per_call: int) -> tuple[int, int]:
+  """(real, encoded) tokens of rows of `lengths` as `feed` lays them out on
+  one process: each row in the shortest bucket that fits it, each bucket in
+  chunks of `rows_per_call` rows (the last chunk padded)."""
+  by_bucket: dict[int, list[int]] = {b: [] for b in buckets}
+  for length in lengths:
+    by_bucket[next(b for b in sorted(buckets) if b >= length)].append(length)
+  real = sum(map(sum, by_bucket.values()))
+  total = sum(math.ceil(len(values) / rows_per_call) * rows_per_call * bucket
+              for bucket, values in by_bucket.items())
+  return real, total
 
 
 def gather(values: np.ndarray) -> np.ndarray:
