@@ -33,8 +33,8 @@ The SQuAD JSON comes from `data.squad_json`, $BEST_JAX_SQUAD_JSON or
 get it when it is missing); `data.dir` holds the prepared files (default
 WORKDIR/data, prepared when absent).
 
-Measured figures: README, "BeST, its baselines and the peers on SQuAD long
-documents".
+Measured figures: README, "The demo's result" (runlocal); the CPU variants have not
+been run on the current config.
 """
 
 import ml_collections
