@@ -50,6 +50,12 @@ def _sentence_features(config: ml_collections.ConfigDict, inputs: Inputs,
   return birch.features(first, sentence_scores, k=cfg.k)
 
 
+def decode_features(saved: dict) -> dict[str, birch.QueryFeatures]:
+  """Per-query features from the JSON `birch_run` writes to FEATURES."""
+  return {q: birch.QueryFeatures(tuple(v["docids"]), np.asarray(v["features"]))
+          for q, v in saved["queries"].items()}
+
+
 def birch_run(config: ml_collections.ConfigDict, workdir: Workdir,
               inputs: Inputs, ranker: Ranker, params: Any,
               model_name: str, first_stage: trec.Run) -> trec.Run:
@@ -64,9 +70,7 @@ def birch_run(config: ml_collections.ConfigDict, workdir: Workdir,
   saved = workdir.read_json(FEATURES)
   features = None
   if saved is not None and saved.get("made_by") == made_by:
-    features = {q: birch.QueryFeatures(tuple(v["docids"]),
-                                       np.asarray(v["features"]))
-                for q, v in saved["queries"].items()}
+    features = decode_features(saved)
     wanted = {q: set(ds) for q, ds in inputs.candidates["test"].items()}
     if {q: set(v.docids) for q, v in features.items()} != wanted:
       features = None  # Other test queries or candidates: score again.

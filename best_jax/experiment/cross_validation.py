@@ -23,12 +23,11 @@ import os
 from typing import Any
 
 import ml_collections
-import numpy as np
 
 from best_jax.data import trec
 from best_jax.evaluate import report
 from best_jax.evaluate import trec_eval
-from best_jax.experiment.birch import FEATURES
+from best_jax.experiment.birch import FEATURES, decode_features
 from best_jax.experiment.evaluation import full_run
 from best_jax.experiment.run import train_and_evaluate
 from best_jax.experiment.workdir import Workdir
@@ -103,9 +102,7 @@ def _birch_across_folds(out: Workdir, folds: dict[str, list[str]], qrels,
     path = out.path(name, FEATURES)
     if not path.exists():
       return None
-    for qid, v in Workdir.read_local_json(path).items():
-      features[qid] = birch.QueryFeatures(tuple(v["docids"]),
-                                          np.asarray(v["features"]))
+    features.update(decode_features(Workdir.read_local_json(path)))
   heldout, fitted = birch.cross_validate(features, qrels, folds)
   out.log(f"birch across folds: {fitted}")
   return full_run(heldout, first_stage)
