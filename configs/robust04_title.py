@@ -69,6 +69,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.regimes = ("firstp", "maxp", "best")
   config.goldp = ml_collections.ConfigDict(dict(negatives="first"))
   config.best = ml_collections.ConfigDict(dict(
+      theta0="joint",  # or "pretrained" (a bi-encoder): see checks.THETA0
       max_iterations=4, pairing="same", select_with_dropout=False))
   config.eval = ml_collections.ConfigDict(dict(
       depth=100, aggregation="max", rows_per_call=256))

@@ -91,6 +91,7 @@ def _full() -> ml_collections.ConfigDict:
   config.regimes = ("firstp", "maxp", "maxp_all", "goldp", "best")
   config.goldp = ml_collections.ConfigDict(dict(negatives="random"))
   config.best = ml_collections.ConfigDict(dict(
+      theta0="joint",  # or "pretrained" (a bi-encoder): see checks.THETA0
       max_iterations=5, pairing="same", select_with_dropout=False,
       evaluate_theta0=True))
   config.eval = ml_collections.ConfigDict(dict(
@@ -121,25 +122,28 @@ def _cpu(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
 def _bi(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   """The bi-encoder family: all-MiniLM-L6-v2 as sentence-transformers
   uses it (mean pooling, 20·cosine), softmax cross-entropy over the
-  group's BM25 negative and the batch's other segments."""
+  group's BM25 negative and the batch's other segments. Segments of ~125
+  body tokens (about the peer's 90 words: a longer window dilutes a mean
+  pooled embedding), the first 16 scored; BeST's θ⁽⁰⁾ is the pretrained
+  model, which already ranks, so iteration 1 trains on its picks."""
   config.ranker.kind = "bi"
+  config.segments.update(max_len=160, min_len=64, max_segments=None,
+                         k_train=128)
   config.train.update(loss="softmax_cross_entropy", in_batch_negatives=True)
   config.optimizer.learning_rate = 2e-5
+  config.best.theta0 = "pretrained"
   config.data.max_queries = dict(dev=300)  # every test question
   config.birch.enabled = False  # Birch scores sentences with a cross-encoder.
   return config
 
 
 def _runlocal(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
-  """`make demo`: `cpu_bi`'s segments, 16 steps of 4 groups per model, 50
-  dev and 200 test questions. BeST's joint step trains θ0 on every training
-  segment (4 × 2 × 12 rows of 256 tokens), so it is the demo's costliest
-  part; it selects with θ0's training pass."""
-  config.data.max_queries = dict(train=800, dev=50, test=200)
-  config.train.update(batch_size=4, num_steps=16, eval_every=8,
-                      checkpoint_every=8, log_every=4)
-  config.optimizer.update(warmup_steps=2, total_steps=16)
+  """`make demo`: `cpu_bi` at a smaller budget: 40 steps of 16 groups per
+  model, 100 dev questions, every test question."""
+  config.data.max_queries = dict(dev=100)
+  config.train.update(batch_size=16, num_steps=40, eval_every=20,
+                      checkpoint_every=20, log_every=10)
+  config.optimizer.update(warmup_steps=4, total_steps=40)
   config.regimes = ("firstp", "maxp", "best")
-  config.best.update(max_iterations=2, evaluate_theta0=False,
-                     select_with_dropout=True)
+  config.best.update(max_iterations=1)
   return config

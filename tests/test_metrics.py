@@ -9,7 +9,8 @@ import pytest
 import rax
 
 from best_jax.data import trec
-from best_jax.evaluate import lists, metrics, trec_eval
+from best_jax.evaluate import metrics, trec_eval
+import padded_lists as lists
 
 NEG_INF = -np.inf
 

@@ -135,7 +135,9 @@ def test_bi_export_layout_and_bit_exact_round_trip(bi_workdir, bi_export):
   with open(os.path.join(bi_export, "1_Pooling", "config.json")) as f:
     assert json.load(f)["pooling_mode_mean_tokens"]
   with open(os.path.join(bi_export, "sentence_bert_config.json")) as f:
-    assert json.load(f)["max_seq_length"] == 48
+    # The training rows: [CLS] title body [SEP], max_len - 3 - max_query_len
+    # + 2 tokens.
+    assert json.load(f)["max_seq_length"] == 48 - 3 - 8 + 2
   loaded = hf.read_export(bi_export)
   assert (loaded.kind, loaded.similarity, loaded.scale) == ("bi", "cosine",
                                                             20.0)
@@ -180,7 +182,8 @@ def test_bi_export_computes_what_sentence_transformers_computes(bi_export,
     config = json.load(f)
   tensors = read_tensors(bi_export)
 
-  max_len = hf.read_manifest(bi_export)["segments"]["max_len"]
+  max_len = json.load(open(os.path.join(
+      bi_export, "sentence_bert_config.json")))["max_seq_length"]
 
   def embed(text):
     x = _hf_inputs(bi_export, text, max_length=max_len)

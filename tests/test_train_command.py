@@ -280,3 +280,31 @@ def test_bi_encoder_family_trains_through_the_same_regimes(tmp_path):
     fusion = {r["model"]: r for r in json.load(f)}
   assert 0.0 <= fusion["MaxP"]["alpha"] <= 1.0
   assert len(metrics["selected_positions"]["BeST-2 (θ1 argmax)"]) > 0
+
+
+def test_best_can_start_from_the_pretrained_bi_encoder(tmp_path, capsys):
+  """`best.theta0=pretrained`: the zero-shot bi-encoder selects iteration
+  1's segments (no joint step, no θ⁽⁰⁾ to train); a cross-encoder refuses."""
+  workdir = str(tmp_path / "w")
+  bi = ["--config.ranker.kind=bi", "--config.train.in_batch_negatives=True",
+        "--config.train.loss=softmax_cross_entropy",
+        "--config.regimes=['best']", "--config.birch.enabled=False",
+        "--config.best.theta0=pretrained"]
+  assert cli.main(["train", "--config", "configs/tiny_cpu.py", "--workdir",
+                   workdir] + bi + ARGS
+                  + ["--config.best.max_iterations=1"]) == 0
+  with open(os.path.join(workdir, "metrics.json")) as f:
+    metrics = json.load(f)
+  assert "BeST-0" not in metrics["means"]
+  assert {"Zero-shot bi-encoder", "BeST-1"} <= set(metrics["means"])
+  with open(os.path.join(workdir, "stages", "best1.json")) as f:
+    record = json.load(f)
+  assert record["keys"] == ["max"]  # no θ⁽⁰⁾ trained beside θ⁽¹⁾
+  assert record["settings"]["best.theta0"] == "pretrained"
+  assert len(metrics["selected_positions"]["BeST-1 (θ0 argmax)"]) > 0
+  capsys.readouterr()
+  assert cli.main(["train", "--config", "configs/tiny_cpu.py", "--workdir",
+                   str(tmp_path / "cross"),
+                   "--config.best.theta0=pretrained"]) == 2
+  assert "needs config.ranker.kind='bi'" in capsys.readouterr().err
+  assert not os.path.exists(tmp_path / "cross")

@@ -254,7 +254,8 @@ def test_train_step_rejects_indivisible_accumulation():
 def test_in_batch_negatives_of_a_bi_encoder():
   """Every query against every segment of the batch: its own group keeps
   its labels, other queries' documents are negatives, a repeated query's
-  documents and padding are left out; equal to a hand-built softmax CE."""
+  documents, the query's own positive document in another group and padding
+  are left out; equal to a hand-built softmax CE."""
   from best_jax.models.bi_encoder import BiEncoderRanker  # pylint: disable=g-import-not-at-top
   model = BiEncoderRanker(BertConfig.tiny(hidden_dropout=0.0,
                                           attention_dropout=0.0),
@@ -267,6 +268,10 @@ def test_in_batch_negatives_of_a_bi_encoder():
   batch.update(query_ids=query_ids, query_mask=np.ones((4, 6), bool))
   batch["mask"][1, 1] = False              # a padded negative
   batch["example_mask"][0] = False         # a padded example
+  # Query 1's positive document is also query 3's negative: not a negative
+  # of query 1.
+  batch["doc_ids"] = np.asarray([[10, 11], [12, 13], [14, 15], [16, 12]],
+                                np.int32)
   loss_sum, count = steps.group_loss_sum(
       model, batch, losses.softmax_cross_entropy, None,
       in_batch_negatives=True)
@@ -281,6 +286,8 @@ def test_in_batch_negatives_of_a_bi_encoder():
     other = 5 - b if b in (2, 3) else None  # the repeated query's group
     if other is not None:
       keep[2 * other:2 * other + 2] = False
+    if b == 1:
+      keep[7] = False
     logits = scores[b][keep]
     positive = list(np.nonzero(keep)[0]).index(2 * b)
     want += -(logits[positive] - np.log(np.exp(logits).sum()))

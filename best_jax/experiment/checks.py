@@ -25,11 +25,17 @@ from best_jax.train import sharding as sharding_lib
 
 
 RANKER_KINDS = ("cross", "bi")
+# BeST's θ⁽⁰⁾: trained jointly with θ⁽¹⁾ in one step (the paper), or the
+# pretrained bi-encoder, which ranks before any training.
+THETA0 = ("joint", "pretrained")
 
 # Settings that change how a run is shown or paced, never a trained model.
 # The dev/test candidates (`eval.depth`) are re-read on every run: a rerun
-# with another depth rescores the test pairs with the same models.
+# with another depth rescores the test pairs with the same models. The
+# schedule always spans `train.num_steps` (`models.trainer_config`), whatever
+# `optimizer.total_steps` says.
 _NOT_MODEL = ("train.log_every", "train.checkpoint_every", "train.max_to_keep",
+              "optimizer.total_steps",
               "eval.rows_per_call", "eval.depth", "best.max_iterations",
               "best.evaluate_theta0", "mesh.", "logical_axis_rules", "birch.",
               "regimes", "interpolate.", "peer.")
@@ -95,6 +101,12 @@ def check_config(config: ml_collections.ConfigDict) -> jax.sharding.Mesh:
   kind = config.ranker.get("kind", "cross")
   _require(kind in RANKER_KINDS,
            f"config.ranker.kind={kind!r}: use one of {RANKER_KINDS}")
+  theta0 = config.best.get("theta0", "joint")
+  _require(theta0 in THETA0,
+           f"config.best.theta0={theta0!r}: use one of {THETA0}")
+  _require(theta0 == "joint" or kind == "bi",
+           "config.best.theta0='pretrained' needs config.ranker.kind='bi': a "
+           "pretrained cross-encoder's head is random, so it cannot select")
   for name in ("num_steps", "batch_size", "eval_every", "log_every",
                "accumulation_steps"):
     _require(int(t.get(name, 1)) >= 1,

@@ -27,6 +27,7 @@ processes.
 from __future__ import annotations
 
 import dataclasses
+import zlib
 from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
@@ -65,18 +66,19 @@ def _labels(num_docs: int) -> np.ndarray:
 FAMILIES = ("cross", "bi")
 
 
-def _pack(inputs: Inputs, family: str, qid: str, tokens: np.ndarray,
-          mask: np.ndarray) -> Example:
-  """Model rows of one query and contents `[..., Lc]` (see the docstring)."""
+def _pack(inputs: Inputs, family: str, qid: str, docids: Sequence[str],
+          tokens: np.ndarray, mask: np.ndarray) -> Example:
+  """Model rows of one query and its documents' contents `[G, ..., Lc]`
+  (see the docstring)."""
   config, special = inputs.segmenter.config, inputs.segmenter.special
   ids_q, qmask_q = inputs.queries.rows([qid])
   if family == "bi":
     query = text_inputs(ids_q[0], qmask_q[0],
                         max_len=config.max_query_len + 2, special=special)
-    return dict(text_inputs(tokens, mask, max_len=config.content_len + 2,
+    return dict(text_inputs(tokens, mask, max_len=config.text_row_len,
                             special=special),
                 query_ids=query["input_ids"],
-                query_mask=query["attention_mask"])
+                query_mask=query["attention_mask"], doc_ids=doc_ids(docids))
   shape = (1,) * (tokens.ndim - 1) + ids_q.shape[-1:]
   return pack_inputs(ids_q.reshape(shape), qmask_q.reshape(shape), tokens,
                      mask, config=config, special=special)
@@ -87,7 +89,7 @@ def model_features(family: str, num_docs: int, config,
   """Fixed shapes of a training example of `family` (`config`: the
   segmenter's), `[G, (S,) L]`."""
   lead = (num_docs,) if num_segments is None else (num_docs, num_segments)
-  length = config.content_len + 2 if family == "bi" else config.max_len
+  length = config.text_row_len if family == "bi" else config.max_len
   features = {"input_ids": Feature(lead + (length,), np.int32),
               "attention_mask": Feature(lead + (length,), bool),
               "token_type_ids": Feature(lead + (length,), np.int32),
@@ -96,7 +98,14 @@ def model_features(family: str, num_docs: int, config,
   if family == "bi":
     features["query_ids"] = Feature((config.max_query_len + 2,), np.int32)
     features["query_mask"] = Feature((config.max_query_len + 2,), bool)
+    features["doc_ids"] = Feature((num_docs,), np.int32)
   return features
+
+
+def doc_ids(docids: Sequence[str]) -> np.ndarray:
+  """Document ids as int32 (crc32) for `train.steps`' in-batch negatives."""
+  return np.asarray([zlib.crc32(d.encode()) & 0x7FFFFFFF for d in docids],
+                    np.int32)
 
 
 @dataclasses.dataclass
@@ -133,7 +142,8 @@ class SegmentExamples:
       else:
         doc = store[docid]
       tokens[g], mask[g] = doc.tokens_sl[segment], doc.mask_sl[segment]
-    return dict(_pack(self.inputs, self.family, group.qid, tokens, mask),
+    return dict(_pack(self.inputs, self.family, group.qid, group.docids,
+                      tokens, mask),
                 labels=_labels(len(group.docids)),
                 mask=np.ones(len(group.docids), bool))
 
@@ -163,7 +173,8 @@ class AllSegmentExamples:
       doc = self.inputs.train_segments[docid]
       tokens[g, :doc.count], mask[g, :doc.count] = doc.tokens_sl, doc.mask_sl
       valid[g, :doc.count] = True
-    return dict(_pack(self.inputs, self.family, group.qid, tokens, mask),
+    return dict(_pack(self.inputs, self.family, group.qid, group.docids,
+                      tokens, mask),
                 labels=_labels(len(group.docids)), mask=valid)
 
 

@@ -111,20 +111,26 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str
       histories["GoldP"] = stage.history
       keep("GoldP", stage, agg)
   if "best" in wanted:
-    stage = stages.train(plans.joint_plan(config, inputs, family,
-                                          evaluator((agg,))), like)
-    histories["BeST-1"] = stage.history
-    positions["BeST-1 (θ0 argmax)"] = stage.positions
-    if config.best.get("evaluate_theta0", True):
-      models["BeST-0"] = (stage.params["theta0"], agg, float("nan"), family)
-    keep("BeST-1", stage, agg)
-    devs = [stage.best_dev[agg]]
-    for n in range(2, config.best.max_iterations + 1):
+    # θ⁽⁰⁾: trained jointly with θ⁽¹⁾ (the paper), or the pretrained
+    # bi-encoder itself, which already ranks, selecting for iteration 1.
+    joint = config.best.get("theta0", "joint") == "joint"
+    devs = []
+    if joint:
+      stage = stages.train(plans.joint_plan(config, inputs, family,
+                                            evaluator((agg,))), like)
+      histories["BeST-1"] = stage.history
+      positions["BeST-1 (θ0 argmax)"] = stage.positions
+      if config.best.get("evaluate_theta0", True):
+        models["BeST-0"] = (stage.params["theta0"], agg, float("nan"), family)
+      keep("BeST-1", stage, agg)
+      devs.append(stage.best_dev[agg])
+    for n in range(2 if joint else 1, config.best.max_iterations + 1):
       name = f"best{n}"
       stage = stages.load(name, like)
       if stage is None:  # θ⁽ⁿ⁻¹⁾ selects, a fresh θ⁽ⁿ⁾ trains on its picks.
-        chosen, built = plans.select_segments(
-            inputs, family, models[f"BeST-{n - 1}"][0], name)
+        selector = (models[f"BeST-{n - 1}"][0] if n > 1
+                    else family.pretrained)
+        chosen, built = plans.select_segments(inputs, family, selector, name)
         out.log_process(f"select ({name}): built {built[0]} of {built[1]} "
                         "rows")
         stage = stages.train(plans.segment_plan(

@@ -86,6 +86,12 @@ class SegmenterConfig:
     """Title plus body tokens of one row: `max_len - 3 - max_query_len`."""
     return self.max_len - 3 - self.max_query_len
 
+  @property
+  def text_row_len(self) -> int:
+    """A bi-encoder's segment row, `[CLS] title body [SEP]`: content_len + 2
+    tokens (its query row: max_query_len + 2)."""
+    return self.content_len + 2
+
   def window(self, title_len: int) -> int:
     """Body tokens per segment for a title of `title_len` (kept) tokens."""
     return self.content_len - min(title_len, self.max_title_len)

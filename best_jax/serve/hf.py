@@ -135,7 +135,7 @@ def _sentence_transformers_files(model: TrainedModel, directory: str) -> None:
                     "type": "sentence_transformers.models.Normalize"})
     os.makedirs(os.path.join(directory, "2_Normalize"), exist_ok=True)
   _write_json(modules, directory, "modules.json")
-  _write_json({"max_seq_length": model.segments.max_len,
+  _write_json({"max_seq_length": model.segments.text_row_len,
                "do_lower_case": False}, directory,
               "sentence_bert_config.json")
   _write_json({"word_embedding_dimension": model.bert.hidden_size,

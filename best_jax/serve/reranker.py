@@ -114,7 +114,7 @@ class Reranker:
         buckets=default_buckets(model.segments.max_len))
     # Whole pairs: up to the model's positions (cross) or, as
     # sentence-transformers' max_seq_length, the training rows' length (bi).
-    self.max_length = (model.segments.max_len if bi else min(
+    self.max_length = (model.segments.text_row_len if bi else min(
         model.bert.max_position_embeddings, self.tokenizer.model_max_length))
     self._pairs = (TextRows if bi else PairRows)(self.tokenizer,
                                                  self.max_length)

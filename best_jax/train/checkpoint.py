@@ -68,12 +68,12 @@ class Checkpointer:
            record: dict[str, Any], data: Any) -> None:
     """Starts saving (returns before it is written; device arrays are copied
     first, so `state` may be donated right after)."""
-    self._manager.save(step, args=ocp.args.Composite(**{
-        STATE: ocp.args.StandardSave(state),
-        BEST: ocp.args.StandardSave(best),
-        RECORD: ocp.args.JsonSave(record),
-        DATA: ocp.args.JsonSave({"position": data}),
-    }), force=True)
+    items = {STATE: ocp.args.StandardSave(state),
+             RECORD: ocp.args.JsonSave(record),
+             DATA: ocp.args.JsonSave({"position": data})}
+    if best:  # Empty until the first evaluation.
+      items[BEST] = ocp.args.StandardSave(best)
+    self._manager.save(step, args=ocp.args.Composite(**items), force=True)
 
   def record(self, step: int | None = None) -> dict[str, Any]:
     """The JSON record of checkpoint `step` (default the newest)."""
@@ -88,14 +88,13 @@ class Checkpointer:
     step = self.latest_step() if step is None else step
     if step is None:
       raise FileNotFoundError(f"no checkpoint in {self.directory}")
-    restored = self._manager.restore(step, args=ocp.args.Composite(**{
-        STATE: ocp.args.StandardRestore(abstract_state),
-        BEST: ocp.args.StandardRestore(abstract_best),
-        RECORD: ocp.args.JsonRestore(),
-        DATA: ocp.args.JsonRestore(),
-    }))
-    return (restored[STATE], restored[BEST], dict(restored[RECORD]),
-            restored[DATA]["position"])
+    items = {STATE: ocp.args.StandardRestore(abstract_state),
+             RECORD: ocp.args.JsonRestore(), DATA: ocp.args.JsonRestore()}
+    if abstract_best:
+      items[BEST] = ocp.args.StandardRestore(abstract_best)
+    restored = self._manager.restore(step, args=ocp.args.Composite(**items))
+    return (restored[STATE], restored[BEST] if abstract_best else {},
+            dict(restored[RECORD]), restored[DATA]["position"])
 
   def wait_until_finished(self) -> None:
     self._manager.wait_until_finished()

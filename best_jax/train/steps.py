@@ -10,8 +10,11 @@ Batches are dicts of arrays whose leading axis is the example axis:
 Group is 2 for the pairwise hinge (positive, negative) and 1 + n for the
 cross-entropies. A bi-encoder's batch also holds its queries apart,
 `query_ids`/`query_mask` `[batch, query length]`, and the segments are
-`[CLS] segment [SEP]` rows; `batch_scores` scores both layouts, and with
-`in_batch_negatives` every other segment of the batch is a negative too. The loss is the mean over valid groups of the per-group loss.
+`[CLS] segment [SEP]` rows and `doc_ids` `[batch, group]` names each
+row's document; `batch_scores` scores both layouts, and with
+`in_batch_negatives` every other segment of the batch is a negative too
+(except those of the query's own positive documents). The loss is the mean
+over valid groups of the per-group loss.
 `loss_and_gradients` sums and counts over micro-batches, so that gradient
 accumulation is the same computation as one large batch; `guarded_update`
 applies an update only when it is finite. Both serve every step: this plain
@@ -59,7 +62,9 @@ def _in_batch(model: nnx.Module, batch: Batch, rngs: nnx.Rngs | None):
   """A bi-encoder's scores of every query against every segment of the
   batch, `[B, B·G]`, with labels and a mask: a query's own group keeps its
   labels; another query's documents are negatives, unless that query is the
-  same one (a repeated query's documents are left out)."""
+  same one (a repeated query's documents are left out) or, with `doc_ids`
+  `[B, G]` in the batch, the document is one of the query's positives
+  (another query's segment of it may hold this query's answer)."""
   labels_bg, mask_bg = batch["labels"], batch["mask"]
   num_b, num_g = labels_bg.shape
   query_bh = model.embed(batch["query_ids"], batch["query_mask"], rngs=rngs)
@@ -73,6 +78,11 @@ def _in_batch(model: nnx.Module, batch: Batch, rngs: nnx.Rngs | None):
                     axis=-1)
   real_n = mask_bg.reshape(-1) & batch["example_mask"][group_n]
   where_bn = real_n[None] & (own_bn | ~same_bb[:, group_n])
+  if "doc_ids" in batch:
+    doc_n = batch["doc_ids"].reshape(-1)
+    positive_bgn = ((labels_bg > 0)[..., None]
+                    & (batch["doc_ids"][..., None] == doc_n[None, None]))
+    where_bn &= own_bn | ~jnp.any(positive_bgn, axis=1)
   labels_bn = jnp.where(own_bn, labels_bg.reshape(-1)[None], 0)
   return scores_bn, labels_bn.astype(labels_bg.dtype), where_bn
 

@@ -1,4 +1,5 @@
-"""A run and its qrels as padded `[queries, list]` arrays for the jnp metrics.
+"""Test helper: a run and its qrels as padded `[queries, list]` arrays for the
+jnp metrics (what `best_jax.evaluate.metrics` computes inside jit).
 
 Each row holds one query's ranking in trec_eval order (score descending, ties
 by docid descending), then its relevant documents the ranking missed with
