@@ -59,32 +59,48 @@ def full_run(top: trec.Run, first_stage: trec.Run) -> trec.Run:
   return out
 
 
-def dev_run(inputs: Inputs, scorer: SegmentScorer, params,
-            aggregation: str) -> trec.Run:
-  """A model's reranked dev candidates (for choosing an interpolation)."""
-  candidates = inputs.candidates["dev"]
-  pairs = [(q, d) for q, ds in candidates.items() for d in ds]
-  scores = scorer.score(params, pairs, desc="dev",
-                        max_segments=1 if aggregation == "first" else None)
-  return reranked(scores.host(), candidates, aggregation)
+class DevScores:
+  """Every model's scores of the dev candidates, computed once: model
+  selection during training and the interpolation's dev runs read the same
+  scores (keyed by the scorer and `params_digest`)."""
 
+  def __init__(self, inputs: Inputs):
+    self.candidates = inputs.candidates["dev"]
+    self.pairs = [(q, d) for q, ds in self.candidates.items() for d in ds]
+    self.qrels = inputs.data.splits["dev"].qrels
+    self._cache: dict[tuple, dict[Pair, np.ndarray]] = {}
 
-def dev_evaluator(inputs: Inputs, scorer: SegmentScorer,
-                  aggregations: Sequence[str]) -> Evaluate:
-  """`device params -> {aggregation: dev MRR@10}` over the dev candidates
-  (only first segments are scored when `first` is the only aggregation)."""
-  candidates = inputs.candidates["dev"]
-  pairs = [(q, d) for q, ds in candidates.items() for d in ds]
-  qrels = inputs.data.splits["dev"].qrels
-  first_only = tuple(aggregations) == ("first",)
-
-  def evaluate(params) -> dict[str, float]:
-    scores = scorer.score(params, pairs, desc="dev",
+  def scores(self, scorer: SegmentScorer, params, *, first_only: bool
+             ) -> dict[Pair, np.ndarray]:
+    """Segment scores of every dev pair (only the first with `first_only`,
+    which all segments' scores also answer)."""
+    digest = tuple(params_digest(params))
+    for only in ((True, False) if first_only else (False,)):
+      if (id(scorer), digest, only) in self._cache:
+        return self._cache[(id(scorer), digest, only)]
+    scores = scorer.score(params, self.pairs, desc="dev",
                           max_segments=1 if first_only else None).host()
-    return {agg: trec_eval.evaluate(reranked(scores, candidates, agg), qrels,
-                                    [DEV_METRIC])[0][DEV_METRIC]
-            for agg in aggregations}
-  return evaluate
+    self._cache[(id(scorer), digest, first_only)] = scores
+    return scores
+
+  def run(self, scorer: SegmentScorer, params, aggregation: str
+          ) -> trec.Run:
+    """A model's reranked dev candidates (for choosing an interpolation)."""
+    scores = self.scores(scorer, params, first_only=aggregation == "first")
+    return reranked(scores, self.candidates, aggregation)
+
+  def evaluator(self, scorer: SegmentScorer, aggregations: Sequence[str]
+                ) -> Evaluate:
+    """`device params -> {aggregation: dev MRR@10}` over the dev candidates
+    (only first segments are scored when `first` is the only aggregation)."""
+    first_only = tuple(aggregations) == ("first",)
+
+    def evaluate(params) -> dict[str, float]:
+      scores = self.scores(scorer, params, first_only=first_only)
+      return {agg: trec_eval.evaluate(
+          reranked(scores, self.candidates, agg), self.qrels,
+          [DEV_METRIC])[0][DEV_METRIC] for agg in aggregations}
+    return evaluate
 
 
 @jax.jit

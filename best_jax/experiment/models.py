@@ -24,8 +24,9 @@ from best_jax.experiment.rows import BiRows, CrossRows
 from best_jax.models import BertConfig, CrossEncoderRanker, load_ranker
 from best_jax.models import pretrained as pretrained_lib
 from best_jax.models.bi_encoder import BiEncoderRanker, load_bi_encoder
+from best_jax.segments.config import SegmenterConfig
 from best_jax.select.embedding import EmbeddingScorer
-from best_jax.select.selection import SegmentScorer, default_buckets
+from best_jax.select.selection import SegmentScorer, segment_buckets
 from best_jax.train.state import TrainState, split_params
 from best_jax.train.trainer import Trainer, build_trainer
 
@@ -99,8 +100,8 @@ def build_ranker(config: ml_collections.ConfigDict, inputs: Inputs,
   else:
     make = lambda rngs: CrossEncoderRanker(model_config, rngs=rngs)
     rows, scorer_class = CrossRows, SegmentScorer
-  # Rows of either family fit `max_len` (bi-encoder rows are shorter).
-  buckets = default_buckets(config.segments.max_len)
+  buckets = segment_buckets(SegmenterConfig(**config.segments.to_dict()),
+                            config.ranker.kind)
   trainer = build_trainer(make, trainer_config(config), mesh=mesh)
   per_call = rows_per_call(config.eval.rows_per_call, trainer)
 

@@ -75,9 +75,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str
   # name -> (params, aggregation, dev MRR@10, the ranker that scores it)
   models: dict[str, tuple[Any, str, float, Any]] = {}
   histories, positions = {}, {}
+  dev_scores = evaluation.DevScores(inputs)  # shared by selection and fusion
 
   def evaluator(aggregations, ranker=family):
-    return evaluation.dev_evaluator(inputs, ranker.scorer, aggregations)
+    return dev_scores.evaluator(ranker.scorer, aggregations)
 
   def keep(label: str, stage: Stage, key: str, ranker=family) -> None:
     models[label] = (stage.params[key], key, stage.best_dev[key], ranker)
@@ -173,7 +174,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str
                               models[source][0], source, runs["BM25"])
   fused = []
   if config.get("interpolate", {}).get("enabled"):
-    dev = {name: evaluation.dev_run(inputs, ranker.scorer, params, key)
+    dev = {name: dev_scores.run(ranker.scorer, params, key)
            for name, (params, key, _, ranker) in models.items()}
     extra, fused = fusion.interpolated(inputs, dev, runs)
     runs.update(extra)

@@ -216,6 +216,16 @@ def default_buckets(max_len: int, count: int = 4, multiple: int = 8
   return tuple(sorted(lengths | {max_len}))
 
 
+def segment_buckets(segments, kind: str) -> tuple[int, ...]:
+  """The row lengths a scorer of `kind` compiles for, from the segmenter's
+  config: cross-encoder rows up to `max_len`; bi-encoder segment rows up to
+  `text_row_len` and the shorter query rows (`max_query_len + 2`)."""
+  if kind == "bi":
+    return tuple(sorted(set(default_buckets(segments.text_row_len))
+                        | {segments.max_query_len + 2}))
+  return default_buckets(segments.max_len)
+
+
 class SegmentScorer:
   """Scores the valid segments of pairs with a trainer's model, on device.
 

@@ -30,7 +30,8 @@ from best_jax.experiment.rows import BiRows, CrossRows
 from best_jax.rerank.aggregate import AGGREGATIONS, aggregate, best_segment
 from best_jax.segments.segmenter import Segmenter
 from best_jax.select.embedding import EmbeddingScorer
-from best_jax.select.selection import SegmentScorer, default_buckets
+from best_jax.select.selection import (SegmentScorer, default_buckets,
+                                       segment_buckets)
 from best_jax.serve import hf
 from best_jax.serve.rows import PairRows, TextRows
 from best_jax.serve.trained import TrainedModel, from_workdir
@@ -111,7 +112,7 @@ class Reranker:
     self._segments = _Current()
     self._segment_scorer = scorer(
         self.trainer, self._segments, rows_per_call=per_call,
-        buckets=default_buckets(model.segments.max_len))
+        buckets=segment_buckets(model.segments, model.kind))
     # Whole pairs: up to the model's positions (cross) or, as
     # sentence-transformers' max_seq_length, the training rows' length (bi).
     self.max_length = (model.segments.text_row_len if bi else min(
