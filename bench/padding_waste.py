@@ -9,12 +9,13 @@ reports the fraction of the encoder's row tokens that are padding:
 
 - test scoring: the ranker's scorer's `padding(pairs)` over the test pairs
   `best_jax train` scores (each query's first-stage top `eval.depth`, then
-  gold pairs), with the config's length buckets, with one bucket (`max_len`)
-  and with `--counts` evenly spaced buckets (`default_buckets`);
+  gold pairs), with the config's length buckets, with one bucket (the
+  longest row: `max_len`, a bi-encoder's `text_row_len`) and with `--counts`
+  evenly spaced buckets (`default_buckets`);
 - training: batches are not bucketed (one shape, `max_len` rows, or the
   bi-encoder's content and query lengths); the padding of the first
   `--batches` batches of the schedule as FirstP's `train_step` and BeST's
-  joint step encode them (`experiment.examples`; the joint step encodes
+  joint step (when `best.theta0` is `joint`) encode them (`experiment.examples`; the joint step encodes
   every one of its `k_train` segment rows, valid or not).
 
 Tokens, not FLOPs: dense layers cost the same per token, attention more per
@@ -76,7 +77,7 @@ def main(argv=None) -> int:
   ranker = build_ranker(config, inputs, mesh)
   scorer = ranker.scorer
   pairs = inputs.pairs["test"]
-  max_len = config.segments.max_len
+  max_len = scorer.buckets[-1]  # max_len; a bi-encoder's text_row_len
   layouts = {"config": scorer.buckets, "one": (max_len,)}
   layouts.update({f"{n} buckets": default_buckets(max_len, count=n)
                   for n in args.counts})
@@ -91,10 +92,11 @@ def main(argv=None) -> int:
   training = {
       "firstp train_step": training_padding(
           inputs, examples.SegmentExamples(inputs, "firstp", config.seed,
-                                           family=family), args.batches),
-      "best joint_step": training_padding(
-          inputs, examples.AllSegmentExamples(inputs, family=family),
-          args.batches)}
+                                           family=family), args.batches)}
+  if config.best.get("theta0", "joint") == "joint":
+    training["best joint_step"] = training_padding(
+        inputs, examples.AllSegmentExamples(inputs, family=family),
+        args.batches)
   for name, waste in training.items():
     print(f"training, {name} (first {args.batches} batches, unbucketed): "
           f"{waste:.1%} padding")

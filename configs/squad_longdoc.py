@@ -14,26 +14,31 @@ Arguments:
     python -m best_jax train --config configs/squad_longdoc.py --workdir W
 
 - `runlocal`: `make demo`, sized for a 2-core CPU: the bi-encoder family
-  (FirstP/MaxP, BeST iterations 1-2) on 256-token segments, 200 test
-  questions, reranking the BM25 top 5, with the zero-shot peer's rows;
+  (FirstP/MaxP, BeST iteration 1) on whole documents, every test question
+  (2,232), reranking the BM25 top 5, with the zero-shot and peer rows;
 - `cpu` / `cpu_bi`: the regime comparison of each scorer family that fits a
-  2-core CPU: FirstP, MaxP, GoldP, BeST iterations 1-3 (and θ0's row),
-  Birch for the cross-encoder; `--config.seed=N` for the other seeds:
+  2-core CPU: FirstP, MaxP, GoldP, BeST iterations 1-3 (and θ0's row) and
+  Birch for the cross-encoder (100 steps of 16 groups per model); for the
+  bi-encoder FirstP, MaxP, GoldP, BeST iterations 1-2 (200 steps each);
+  `--config.seed=N` for the other seeds:
 
     python -m best_jax train --config configs/squad_longdoc.py:cpu_bi \\
         --workdir runs/squad_cpu_bi_s0 --config.data.dir=D
 
-The CPU variants score each document's first 8 windows of 256 tokens (an
-SQuAD answer lies inside them for 80% of the test pairs); training segments
-have random lengths over that same span (7 on average, at most 12), so
-selection sees what inference scores.
+`cpu` scores each document's first 8 windows of 256 tokens (an SQuAD answer
+lies inside them for 80% of the test pairs); its training segments have
+random lengths over that same span (7 on average, at most 12), so selection
+sees what inference scores. The bi-encoder variants (`cpu_bi`, `runlocal`)
+embed every ~125-token window of every document (each segment once per
+model, so the whole document costs little) and their training segments
+cover the whole document too.
 
 The SQuAD JSON comes from `data.squad_json`, $BEST_JAX_SQUAD_JSON or
 `dev-v1.1.json` in the TFDS manual directory (`best_jax prepare` says how to
 get it when it is missing); `data.dir` holds the prepared files (default
 WORKDIR/data, prepared when absent).
 
-Measured figures: README, "The demo's result" (runlocal); the CPU variants have not
+Measured figures: README, "The demo's result" (runlocal); `cpu` has not
 been run on the current config.
 """
 
@@ -122,30 +127,33 @@ def _cpu(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
 def _bi(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   """The bi-encoder family: all-MiniLM-L6-v2 as sentence-transformers
   uses it (mean pooling, 20·cosine), softmax cross-entropy over the
-  group's BM25 negative and the batch's other segments. Segments of ~125
-  body tokens (about the peer's 90 words: a longer window dilutes a mean
-  pooled embedding), the first 16 scored; BeST's θ⁽⁰⁾ is the pretrained
-  model, which already ranks, so iteration 1 trains on its picks."""
+  group's BM25 negative and the batch's other segments (but those of the
+  query's own positive document). Segments of ~125 body tokens (about the
+  peer's 90 words: a longer window dilutes a mean-pooled embedding), all of
+  them scored; BeST's θ⁽⁰⁾ is the pretrained model, which already ranks, so
+  iteration 1 trains on its picks."""
   config.ranker.kind = "bi"
   config.segments.update(max_len=160, min_len=64, max_segments=None,
                          k_train=128)
-  config.train.update(loss="softmax_cross_entropy", in_batch_negatives=True)
-  config.optimizer.learning_rate = 2e-5
-  config.best.theta0 = "pretrained"
+  config.train.update(loss="softmax_cross_entropy", in_batch_negatives=True,
+                      num_steps=200, eval_every=50, checkpoint_every=50)
+  config.optimizer.update(learning_rate=3e-5, warmup_steps=20,
+                          total_steps=200)
+  config.best.update(theta0="pretrained", max_iterations=2)
   config.data.max_queries = dict(dev=300)  # every test question
   config.birch.enabled = False  # Birch scores sentences with a cross-encoder.
   return config
 
 
 def _runlocal(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
-  """`make demo`: `cpu_bi` at a budget that fits 10 minutes on 2 cores:
-  FirstP/MaxP and BeST iteration 1, 60 steps of 16 groups per model, one
+  """`make demo`: `cpu_bi` at a budget for about 10 minutes on 2 cores:
+  FirstP/MaxP and BeST iteration 1, 40 steps of 16 groups per model, one
   dev evaluation (100 questions) at the end, every test question."""
   config.data.max_queries = dict(dev=100)
-  config.train.update(batch_size=16, num_steps=60, eval_every=60,
+  config.train.update(batch_size=16, num_steps=40, eval_every=40,
                       checkpoint_every=20, log_every=10)
-  config.optimizer.update(learning_rate=3e-5, warmup_steps=6,
-                          total_steps=60)
+  config.optimizer.update(learning_rate=3e-5, warmup_steps=4,
+                          total_steps=40)
   config.regimes = ("firstp", "maxp", "best")
   config.best.update(max_iterations=1)
   return config

@@ -182,8 +182,8 @@ def test_bi_export_computes_what_sentence_transformers_computes(bi_export,
     config = json.load(f)
   tensors = read_tensors(bi_export)
 
-  max_len = json.load(open(os.path.join(
-      bi_export, "sentence_bert_config.json")))["max_seq_length"]
+  with open(os.path.join(bi_export, "sentence_bert_config.json")) as f:
+    max_len = json.load(f)["max_seq_length"]
 
   def embed(text):
     x = _hf_inputs(bi_export, text, max_length=max_len)

@@ -17,6 +17,7 @@ from best_jax.config import load_config
 from best_jax.data import trec
 from best_jax.errors import InputError
 from best_jax.evaluate import evidence
+from best_jax.experiment import checks
 from best_jax.experiment import examples as examples_lib
 from best_jax.experiment import evaluation
 from best_jax.experiment import models as models_lib
@@ -51,6 +52,18 @@ def test_config_overrides_are_typed_and_checked():
     load_config("configs/tiny_cpu.py:bogus")
   with pytest.raises(AttributeError):
     load_config("configs/tiny_cpu.py").new_field = 1  # locked
+
+
+def test_work_recorded_before_a_setting_changed_meaning_still_resumes():
+  """A record with a setting no longer fingerprinted, or without one added
+  since (read as its old default), is not stale."""
+  current = checks.fingerprint(load_config("configs/tiny_cpu.py"), "best")
+  recorded = {k: v for k, v in current.items() if k != "best.theta0"}
+  recorded["optimizer.total_steps"] = 20
+  assert checks.stale_keys(recorded, current) == []
+  recorded["best.theta0"] = "pretrained"
+  assert checks.stale_keys(recorded, current) == [
+      "best.theta0: 'pretrained' -> 'joint'"]
 
 
 def _runs(workdir):

@@ -8,10 +8,12 @@ a topology such as `v5e:4x4` (16 chips) or `v4:2x2x4` (v4-32: 16 megacore
 chips) and compiled by libtpu:
 
   train_step   the plain step, `[batch, group, max_len]` (FirstP, MaxP-all,
-               GoldP, BeST iterations ≥ 2)
+               GoldP, BeST iterations on selected segments)
   joint_step   BeST's iteration-1 step, `[batch, group, k_train, max_len]`
+               (not with `best.theta0=pretrained`: no joint step)
   score_step   segment scoring, `[eval.rows_per_call, max_len]` rows (a
-               bi-encoder's `embed_step`: each segment embedded once)
+               bi-encoder's `embed_step`: each segment embedded once, rows
+               of `text_row_len`)
   qds_train_step, qds_score_step   the QDS-Transformer's (regime `qds`)
 
 Nothing is allocated and no TPU is needed, only libtpu (`pip install -r
@@ -258,8 +260,11 @@ def compile_steps(topology_name: str, config: ml_collections.ConfigDict,
         config, trainer, prefix="",
         features=lambda n: model_features(kind, config.train.group_size,
                                           segmenter, n),
-        row_length=s.max_len, segments=max(s.max_segments or 0, s.k_train),
-        joint="best" in regimes, bi=kind == "bi")
+        row_length=(segmenter.text_row_len if kind == "bi" else s.max_len),
+        segments=max(s.max_segments or 0, s.k_train),
+        joint=("best" in regimes
+               and config.best.get("theta0", "joint") == "joint"),
+        bi=kind == "bi")
   if "qds" in regimes:
     _, qds = qds_configs(config, start_id=1)  # Any id: shapes only
     qds_model = dataclasses.replace(model,

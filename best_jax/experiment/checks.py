@@ -67,9 +67,19 @@ def fingerprint(config: ml_collections.ConfigDict, regime: str
               tuple(others))}
 
 
+# Settings added after work directories were recorded, with the value that
+# such a directory was trained with.
+_ADDED = {"best.theta0": "joint"}
+
+
 def stale_keys(recorded: dict[str, Any], current: dict[str, Any]
                ) -> list[str]:
-  """`key: old -> new` for every setting that differs."""
+  """`key: old -> new` for every setting that differs (a recorded setting
+  no longer fingerprinted is ignored; one added since reads its default)."""
+  recorded = {k: v for k, v in recorded.items() if not k.startswith(_NOT_MODEL)}
+  for key, value in _ADDED.items():
+    if key in current:
+      recorded.setdefault(key, value)
   keys = sorted(set(recorded) | set(current))
   return [f"{k}: {recorded.get(k, '(unset)')!r} -> {current.get(k, '(unset)')!r}"
           for k in keys if recorded.get(k) != current.get(k)]
@@ -104,7 +114,7 @@ def check_config(config: ml_collections.ConfigDict) -> jax.sharding.Mesh:
   theta0 = config.best.get("theta0", "joint")
   _require(theta0 in THETA0,
            f"config.best.theta0={theta0!r}: use one of {THETA0}")
-  _require(theta0 == "joint" or kind == "bi",
+  _require(theta0 == "joint" or kind == "bi" or "best" not in config.regimes,
            "config.best.theta0='pretrained' needs config.ranker.kind='bi': a "
            "pretrained cross-encoder's head is random, so it cannot select")
   for name in ("num_steps", "batch_size", "eval_every", "log_every",

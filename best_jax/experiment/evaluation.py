@@ -10,6 +10,7 @@ be fused, thresholded or truncated by score.
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -60,15 +61,17 @@ def full_run(top: trec.Run, first_stage: trec.Run) -> trec.Run:
 
 
 class DevScores:
-  """Every model's scores of the dev candidates, computed once: model
-  selection during training and the interpolation's dev runs read the same
-  scores (keyed by the scorer and `params_digest`)."""
+  """Models' scores of the dev candidates, computed once: model selection
+  during training and the interpolation's dev runs read the same scores
+  (keyed by the scorer and `params_digest`; the `keep` most recent)."""
 
-  def __init__(self, inputs: Inputs):
+  def __init__(self, inputs: Inputs, keep: int = 8):
     self.candidates = inputs.candidates["dev"]
     self.pairs = [(q, d) for q, ds in self.candidates.items() for d in ds]
     self.qrels = inputs.data.splits["dev"].qrels
-    self._cache: dict[tuple, dict[Pair, np.ndarray]] = {}
+    self._keep = keep
+    self._cache: collections.OrderedDict[tuple, dict[Pair, np.ndarray]] = (
+        collections.OrderedDict())
 
   def scores(self, scorer: SegmentScorer, params, *, first_only: bool
              ) -> dict[Pair, np.ndarray]:
@@ -77,10 +80,13 @@ class DevScores:
     digest = tuple(params_digest(params))
     for only in ((True, False) if first_only else (False,)):
       if (id(scorer), digest, only) in self._cache:
+        self._cache.move_to_end((id(scorer), digest, only))
         return self._cache[(id(scorer), digest, only)]
     scores = scorer.score(params, self.pairs, desc="dev",
                           max_segments=1 if first_only else None).host()
     self._cache[(id(scorer), digest, first_only)] = scores
+    while len(self._cache) > self._keep:
+      self._cache.popitem(last=False)
     return scores
 
   def run(self, scorer: SegmentScorer, params, aggregation: str

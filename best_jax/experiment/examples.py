@@ -5,15 +5,17 @@ inputs according to the regime (SPEC §1-2, `train.regimes`):
 
 - one segment per document, `[G, L]` (`SegmentExamples`): FirstP (segment 0),
   MaxP-all (a random segment), GoldP (the positive's segment holding the gold
-  passage, random negative segments) and BeST iterations ≥ 2 (the segment
-  the frozen previous model selected);
+  passage, random negative segments) and BeST iterations on selected
+  segments (the segment the frozen previous model, or the pretrained
+  bi-encoder, selected);
 - every training segment, `[G, S, L]` with a segment mask `[G, S]`
   (`AllSegmentExamples`): BeST's joint iteration-1 step.
 
 Both scorer families read the same segments: a cross-encoder example holds
 `[CLS] query [SEP] segment [SEP]` rows, a bi-encoder's (`family="bi"`) holds
 the query `[CLS] query [SEP]` apart from the `[CLS] segment [SEP]` rows
-(`query_ids`, `query_mask`), as `train.steps` expects.
+(`query_ids`, `query_mask`) and each document's id (`doc_ids`, for in-batch
+negatives), as `train.steps` expects.
 
 Segments come from one segmentation with random lengths over the inference
 span (`inputs.train_segments`), so every regime, the selection and inference

@@ -58,12 +58,16 @@ def interpolated(inputs: Inputs, dev_runs: Mapping[str, trec.Run],
 def peer_runs(config: ml_collections.ConfigDict, inputs: Inputs
               ) -> tuple[dict[str, trec.Run], list[dict[str, Any]]]:
   """The peer's test run and its BM25 fusion (α on dev)."""
-  p = config.peer
-  scored = {split: peer_scores(inputs.documents,
-                               inputs.data.splits[split].topics,
-                               inputs.candidates[split],
-                               words=p.get("words", 90))
-            for split in ("dev", "test")}
+  splits = ("dev", "test")
+  # One call, so each passage is embedded once for both splits.
+  both = peer_scores(
+      inputs.documents,
+      {(s, q): text for s in splits
+       for q, text in inputs.data.splits[s].topics.items()},
+      {(s, q): ds for s in splits for q, ds in inputs.candidates[s].items()},
+      words=config.peer.get("words", 90))
+  scored = {s: {q: run for (split, q), run in both.items() if split == s}
+            for s in splits}
   test_first = _first_stage(inputs, "test")
   fused, record = fuse(inputs, PEER, scored["dev"], scored["test"])
   return ({PEER: full_run(scored["test"], test_first), BM25_PEER: fused},

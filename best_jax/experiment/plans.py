@@ -2,8 +2,9 @@
 training examples, dev evaluation), built without side effects.
 
 - `segment_plan`: one segment per document with the plain step — FirstP
-  (whose model MaxP also uses), MaxP-all, GoldP, BeST iterations ≥ 2 on the
-  segments a frozen model selected (`select_segments`).
+  (whose model MaxP also uses), MaxP-all, GoldP, BeST iterations on the
+  segments a frozen model selected (`select_segments`: θ⁽ⁿ⁻¹⁾, or for
+  iteration 1 with `best.theta0=pretrained` the pretrained bi-encoder).
 - `joint_plan`: BeST iteration 1, θ⁽⁰⁾ and θ⁽¹⁾ in one jitted step.
 - `qds_plan`: the QDS-Transformer on whole documents.
 

@@ -16,10 +16,11 @@ Segment choice per regime (SPEC §1-2):
   passage), segment 0 (or a random one) of the negatives; all from the same
   random-length segmentation, so GoldP cannot learn segment length.
 - `best`: iteration 1 sees all `k_train` leading segments (the joint step
-  picks them); later iterations see the segment selected by the frozen
-  previous model (Eq.2).
+  picks them; with `best.theta0=pretrained` the pretrained bi-encoder has
+  selected one instead); later iterations see the segment selected by the
+  frozen previous model (Eq.2).
 - `qds`: no segment at all: the QDS-Transformer reads the whole document in
-  one sparse-attention row (`train/qds_regime.py`).
+  one sparse-attention row (`experiment/qds.py`).
 
 Segments are those of `inputs.train_segments`: random lengths over the same
 span of the document as inference scores.

@@ -51,8 +51,8 @@ class Plan:
   # Extra parameters to keep from the final state (BeST: θ⁽⁰⁾'s).
   keep_final: dict[str, Callable[[Any], Any]] = dataclasses.field(
       default_factory=dict)
-  # Selected segment positions to record (BeST iterations ≥ 2); the joint
-  # step reports its own.
+  # Selected segment positions to record (BeST iterations on selected
+  # segments); the joint step reports its own.
   positions: list[int] = dataclasses.field(default_factory=list)
 
 

@@ -176,6 +176,10 @@ def from_workdir(workdir: str | os.PathLike, name: str) -> TrainedModel:
                      f"which this work directory does not have (finished: "
                      f"{', '.join(done) or 'none'})", os.fspath(workdir))
   keys = _read_json(record_path)["keys"]
+  if key == "theta0" and config.get("best", {}).get("theta0") == "pretrained":
+    raise InputError("best-0 is the pretrained checkpoint in this work "
+                     "directory (best.theta0=pretrained): no θ0 was trained; "
+                     "use the checkpoint itself", os.fspath(workdir))
   if key not in keys:
     raise InputError(f"stage {stage!r} has no parameters {key!r} (it has "
                      f"{', '.join(keys)})", os.fspath(record_path))

@@ -58,7 +58,8 @@ def minilm_model(kind: str):
   config.ranker = ml_collections.ConfigDict(dict(
       kind=kind, similarity="cosine", scale=20.0, tiny=False,
       checkpoint="minilm-l6", overrides={}))
-  config.segments.update(dict(max_len=128, max_query_len=24,
+  # A bi-encoder's rows: max_len - 3 - max_query_len + 2 = 128 tokens.
+  config.segments.update(dict(max_len=153, max_query_len=24,
                               max_title_len=8))
   directory = checkpoint_dir()
   if kind == "bi":
