@@ -19,7 +19,7 @@ Arguments:
 - `cpu` / `cpu_bi`: the regime comparison of each scorer family that fits a
   2-core CPU: FirstP, MaxP, GoldP, BeST iterations 1-3 (and θ0's row) and
   Birch for the cross-encoder (100 steps of 16 groups per model); for the
-  bi-encoder FirstP, MaxP, GoldP, BeST iterations 1-2 (200 steps each);
+  bi-encoder FirstP, MaxP, GoldP, BeST iterations 1-2 (150 steps each);
   `--config.seed=N` for the other seeds:
 
     python -m best_jax train --config configs/squad_longdoc.py:cpu_bi \\
@@ -136,9 +136,9 @@ def _bi(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   config.segments.update(max_len=160, min_len=64, max_segments=None,
                          k_train=128)
   config.train.update(loss="softmax_cross_entropy", in_batch_negatives=True,
-                      num_steps=200, eval_every=50, checkpoint_every=50)
-  config.optimizer.update(learning_rate=3e-5, warmup_steps=20,
-                          total_steps=200)
+                      num_steps=150, eval_every=50, checkpoint_every=50)
+  config.optimizer.update(learning_rate=3e-5, warmup_steps=15,
+                          total_steps=150)
   config.best.update(theta0="pretrained", max_iterations=2)
   config.data.max_queries = dict(dev=300)  # every test question
   config.birch.enabled = False  # Birch scores sentences with a cross-encoder.
