@@ -1,9 +1,13 @@
 """Training data must not leak held-out documents into the negatives."""
 
 import json
+import os
+import pathlib
 
 import ml_collections
+import pytest
 
+from best_jax.errors import InputError
 from best_jax.experiment import datasets
 
 
@@ -34,3 +38,16 @@ def test_train_candidates_hold_only_train_documents(tmp_path):
   # Evaluation still reranks the whole corpus.
   assert set(data.splits["test"].run["q3"]) == {"a", "b", "c"}
   assert set(data.splits["dev"].run["q2"]) == {"a", "b", "c"}
+
+
+def test_a_remote_data_dir_is_read_never_prepared_into(tmp_path, monkeypatch):
+  """A prepared `gs://` directory is read (etils.epath); a missing one is one
+  InputError, never a local directory named "gs:"."""
+  monkeypatch.chdir(tmp_path)
+  config = ml_collections.ConfigDict(dict(name="squad_longdoc",
+                                          dir="gs://no-bucket/data"))
+  monkeypatch.setattr(datasets.epath, "Path",
+                      lambda *parts: pathlib.Path(tmp_path, "absent"))
+  with pytest.raises(InputError, match="no prepared squad_longdoc data"):
+    datasets._squad_longdoc(config, str(tmp_path))
+  assert not os.path.exists(tmp_path / "gs:")

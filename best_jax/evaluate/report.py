@@ -144,21 +144,32 @@ def plot_positions(positions: Mapping[str, Sequence[int]], path: str) -> None:
 
 
 def plot_learning_curves(histories: Mapping[str, Sequence[Mapping]],
-                         path: str) -> None:
-  """Training loss and dev MRR@10 against the step, one line per model."""
+                         path: str, *, groups_per_step: int = 1,
+                         references: Mapping[str, float] | None = None
+                         ) -> None:
+  """Training loss and dev MRR@10 against the training groups seen (step ·
+  `groups_per_step`), one line per model; `references` (e.g. the zero-shot
+  model's dev MRR@10) as dashed horizontal lines."""
   fig, (loss_ax, dev_ax) = plt.subplots(1, 2, figsize=(9, 3.2))
   for name, history in histories.items():
-    losses = [(h["step"], h["loss"]) for h in history if "loss" in h]
+    losses = [(h["step"] * groups_per_step, h["loss"]) for h in history
+              if "loss" in h]
     if losses:
       loss_ax.plot(*zip(*losses), label=name)
     for key in sorted({k for h in history for k in h
                        if k.startswith("dev_mrr")}):
-      devs = [(h["step"], h[key]) for h in history if key in h]
+      devs = [(h["step"] * groups_per_step, h[key]) for h in history
+              if key in h]
       dev_ax.plot(*zip(*devs), marker="o",
                   label=f"{name} ({key.removeprefix('dev_mrr_')})")
-  loss_ax.set_xlabel("step")
+  for name, value in (references or {}).items():
+    dev_ax.axhline(value, linestyle="--", color="gray", linewidth=1)
+    dev_ax.annotate(name, (0, value), fontsize=7, color="gray",
+                    xycoords=("axes fraction", "data"), va="bottom")
+  unit = "training groups" if groups_per_step > 1 else "step"
+  loss_ax.set_xlabel(unit)
   loss_ax.set_ylabel("training loss")
-  dev_ax.set_xlabel("step")
+  dev_ax.set_xlabel(unit)
   dev_ax.set_ylabel("dev MRR@10")
   for ax in (loss_ax, dev_ax):
     if ax.lines:
@@ -177,6 +188,12 @@ def write_report(metrics: Mapping[str, Any], workdir: str) -> str:
     f.write(text)
   plot_positions(metrics.get("selected_positions", {}),
                  os.path.join(workdir, "plots", "selected_positions.png"))
-  plot_learning_curves(metrics.get("histories", {}),
-                       os.path.join(workdir, "plots", "learning_curves.png"))
+  plot_learning_curves(
+      metrics.get("histories", {}),
+      os.path.join(workdir, "plots", "learning_curves.png"),
+      groups_per_step=metrics.get("config", {}).get("train", {}).get(
+          "batch_size", 1),
+      references={name: value for name, value in
+                  metrics.get("dev_mrr", {}).items()
+                  if name.startswith("Zero-shot")})  # models never trained
   return text

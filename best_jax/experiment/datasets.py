@@ -19,11 +19,13 @@ import os
 
 import ml_collections
 import numpy as np
+from etils import epath
 
 from best_jax.data import prepare
 from best_jax.data import squad_longdoc as sl
 from best_jax.data import trec
 from best_jax.data.corpus import load_cranfield, read_corpus
+from best_jax.data.files import is_remote
 from best_jax.data.trec import Qrels, Run
 from best_jax.errors import InputError
 from best_jax.evaluate.evidence import Evidence, read_evidence
@@ -159,7 +161,12 @@ def _synthetic(data: ml_collections.ConfigDict, workdir: str
 def _squad_longdoc(data: ml_collections.ConfigDict, workdir: str
                    ) -> ExperimentData:
   directory = data.get("dir") or os.path.join(workdir, "data")
-  if not os.path.isfile(os.path.join(directory, "stats.json")):
+  if not epath.Path(directory, "stats.json").exists():
+    if is_remote(directory):
+      raise InputError(
+          "no prepared squad_longdoc data there: prepare it locally (`python "
+          "-m best_jax prepare squad_longdoc --squad-json FILE --out DIR`), "
+          "copy DIR there (or pass --config.data.dir=DIR)", directory)
     try:
       squad_json = prepare.find_squad_json(data.get("squad_json") or None)
     except InputError as e:
