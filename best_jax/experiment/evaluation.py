@@ -133,8 +133,8 @@ def test_scores(workdir: Workdir, inputs: Inputs, scorer: SegmentScorer,
   saved = workdir.read_json(SEGMENTS, f"{name}.json")
   if saved is not None:
     scores = {(r["qid"], r["docid"]): np.asarray(r["scores"]) for r in saved}
-    if set(scores) == set(pairs) and all(r.get("params") == digest
-                                         for r in saved[:1]):
+    if (saved and set(scores) == set(pairs)
+        and saved[0].get("params") == digest):
       return scores
     workdir.log(f"{name}: the saved test scores are for other pairs or "
                 "another model; rescoring")

@@ -178,7 +178,6 @@ class EmbeddingScorer:
     self.built = (built_s[0] + built_q[0], built_s[1] + built_q[1])
     return PairScores(pairs, scores_ps)
 
-
   def padding(self, pairs: Sequence[Pair], max_segments: int | None = None
               ) -> float:
     """Fraction of the encoder's row tokens spent on padding, as `score`
@@ -198,6 +197,7 @@ class EmbeddingScorer:
                                         self.rows_per_call)
                           for rows in (segments, queries)], axis=0)
     return 1.0 - int(real) / max(int(total), 1)
+
 
 @functools.lru_cache(maxsize=None)
 def _zeros(rows: int, hidden: int, sharding: jax.NamedSharding):
