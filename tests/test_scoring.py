@@ -198,3 +198,47 @@ def test_bi_encoder_padding_counts_segments_and_queries_once(trainer):
   # 10 segment rows in 2 chunks of 8, 3 query rows of 6 tokens in 1 chunk.
   assert scorer.padding(pairs) == pytest.approx(
       1 - (tokens + 18) / (24 * LENGTH))
+
+
+def test_bi_encoder_reuses_embeddings_of_the_same_parameters(trainer):
+  from best_jax.models.bi_encoder import BiEncoderRanker
+  from best_jax.select.embedding import EmbeddingScorer
+  model_config = BertConfig.tiny(max_position_embeddings=LENGTH)
+  bi = build_trainer(lambda rngs: BiEncoderRanker(model_config, rngs=rngs),
+                     tiny_config(), mesh=trainer.mesh)
+  source = RandomTexts(RandomSegments([3, 1, 4, 2], seed=5))
+  rows = 10  # segments of the four documents
+  scorer = EmbeddingScorer(bi, source, rows_per_call=8,
+                           buckets=default_buckets(LENGTH, count=2),
+                           cache_rows=2 * 64)
+  fresh = EmbeddingScorer(bi, RandomTexts(source.segments), rows_per_call=8,
+                          buckets=default_buckets(LENGTH, count=2))
+  params0, params1 = bi.init(0).params, bi.init(1).params
+  first = [(f"q{q}", f"d{d}") for q in range(2) for d in (0, 1)]
+  later = [(f"q{q}", f"d{d}") for q in range(3) for d in range(4)]
+
+  def segments_embedded():
+    return sum(isinstance(x, tuple) for x in source.embedded)
+
+  # First documents only (FirstP-style), then all of them: only what is
+  # missing is embedded, and the scores are those of a fresh scorer.
+  scorer.score(params0, first, max_segments=1)
+  assert segments_embedded() == 2
+  with jax.transfer_guard_host_to_device("disallow"):
+    scores = scorer.score(params0, later).host()
+  assert segments_embedded() == 2 + rows - 1  # d0's first segment kept
+  want = fresh.score(params0, later).host()
+  for pair in later:
+    np.testing.assert_array_equal(scores[pair], want[pair])
+  scorer.score(params0, later)
+  assert segments_embedded() == 2 + rows - 1
+  # Other parameters embed again. params0 holds two buffers of 64 rows,
+  # so keeping params1's too would pass cache_rows: params0's are dropped;
+  # embedded again (one buffer), both fit and both are reused.
+  scorer.score(params1, later)
+  assert segments_embedded() == 2 + 2 * rows - 1
+  scorer.score(params0, later)
+  assert segments_embedded() == 2 + 3 * rows - 1
+  scorer.score(params1, later)
+  scorer.score(params0, later)
+  assert segments_embedded() == 2 + 3 * rows - 1

@@ -16,13 +16,14 @@ import ml_collections
 import numpy as np
 
 from best_jax.data import trec
-from best_jax.experiment.evaluation import full_run, params_digest
+from best_jax.experiment.evaluation import full_run
 from best_jax.experiment.inputs import Inputs, SegmentCache
 from best_jax.experiment.models import Ranker
 from best_jax.experiment.workdir import Workdir
 from best_jax.rerank import birch
 from best_jax.segments.config import SegmenterConfig
 from best_jax.segments.segmenter import Segmenter
+from best_jax.train.state import params_digest
 
 FEATURES = "birch_features.json"
 

@@ -14,8 +14,6 @@ import collections
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 
 from best_jax.data import trec
@@ -27,6 +25,7 @@ from best_jax.rerank.aggregate import aggregate
 from best_jax.select.bm25_segments import bm25_best_segments
 from best_jax.select.selection import SegmentScorer
 from best_jax.train.loop import Evaluate
+from best_jax.train.state import params_digest
 
 DEV_METRIC = "recip_rank_cut_10"
 TEST_METRICS = ("ndcg_cut_10", "recip_rank_cut_10", "map", "ndcg_cut_20",
@@ -107,18 +106,6 @@ class DevScores:
           reranked(scores, self.candidates, agg), self.qrels,
           [DEV_METRIC])[0][DEV_METRIC] for agg in aggregations}
     return evaluate
-
-
-@jax.jit
-def _leaf_sums(params) -> jax.Array:
-  return jnp.stack([jnp.sum(x.astype(jnp.float32))
-                    for x in jax.tree.leaves(params)])
-
-
-def params_digest(params: Any) -> list[float]:
-  """A cheap identity of a model's parameters (the sum of every array), so
-  that scores saved from other parameters are never reused."""
-  return [float(v) for v in np.asarray(jax.device_get(_leaf_sums(params)))]
 
 
 def test_scores(workdir: Workdir, inputs: Inputs, scorer: SegmentScorer,

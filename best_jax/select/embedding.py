@@ -9,11 +9,14 @@ through the same chunked feed as `selection.SegmentScorer`), then one jitted
 gather-and-score fills the `[pairs, segments]` array of a `PairScores`
 (−inf where a pair has no such segment). Parameters and embeddings never
 leave the devices; selection is `PairScores.select()`, as for the
-cross-encoder.
+cross-encoder. The segment embeddings of the most recently used parameters
+stay on the devices (up to `cache_rows`), so a model's dev evaluation and
+its test scoring embed each document once.
 """
 
 from __future__ import annotations
 
+import collections
 import functools
 from collections.abc import Sequence
 from typing import Any, Protocol
@@ -27,6 +30,7 @@ from best_jax.data.pipeline import Feature
 from best_jax.select.selection import (Pair, PairScores, feed, gather,
                                        jit_buffer_step, padded_count,
                                        padded_tokens)
+from best_jax.train.state import params_digest
 
 
 class TextRows(Protocol):
@@ -47,6 +51,33 @@ class TextRows(Protocol):
   def query_row(self, qid: str, length: int) -> dict[str, np.ndarray]: ...
 
   def features(self, length: int) -> dict[str, Feature]: ...
+
+
+class _Embedded:
+  """One model's segment embeddings on the devices: buffers `[n, H]`
+  (replicated) and each document's (first row, rows) in their
+  concatenation."""
+
+  def __init__(self, mesh: jax.sharding.Mesh):
+    self.rows: dict[str, tuple[int, int]] = {}
+    self.size = 0
+    self._mesh = mesh
+    self._buffers: list[jax.Array] = []
+
+  def append(self, buffer_nh: jax.Array,
+             rows: dict[str, tuple[int, int]]) -> None:
+    """Adds a buffer; `rows` are (first row in it, rows) per document."""
+    self.rows.update({d: (self.size + first, n)
+                      for d, (first, n) in rows.items()})
+    self.size += buffer_nh.shape[0]
+    self._buffers.append(buffer_nh)
+
+  def buffer(self) -> jax.Array:
+    """All rows, in one array."""
+    if len(self._buffers) > 1:
+      with jax.set_mesh(self._mesh):
+        self._buffers = [jnp.concatenate(self._buffers)]
+    return self._buffers[0]
 
 
 def _row(build, index: int, *args) -> dict[str, np.ndarray]:
@@ -80,12 +111,18 @@ class EmbeddingScorer:
     source: the rows (`TextRows`).
     rows_per_call: rows per model call over all processes.
     buckets: row lengths compiled for (ascending; the last fits every row).
+    cache_rows: segment embeddings kept on the devices (rows, over the
+      most recently used parameters) for later calls with the same
+      parameters.
   """
 
   def __init__(self, trainer, source: TextRows, *, rows_per_call: int,
-               buckets: Sequence[int]):
+               buckets: Sequence[int], cache_rows: int = 1 << 18):
     self.source = source
     self.rows_per_call = rows_per_call
+    self.cache_rows = cache_rows
+    self._cache: collections.OrderedDict[tuple, _Embedded] = (
+        collections.OrderedDict())
     self.buckets = tuple(sorted(buckets))
     self.built = (0, 0)
     self._mesh = trainer.mesh
@@ -124,30 +161,17 @@ class EmbeddingScorer:
   def score(self, params: Any, pairs: Sequence[Pair], *,
             max_segments: int | None = None, desc: str = "score"
             ) -> PairScores:
-    """Scores every valid segment (the first `max_segments`) of `pairs`."""
+    """Scores every valid segment (the first `max_segments`) of `pairs`;
+    segments these parameters embedded before are not embedded again."""
     pairs = list(pairs)
-    count, me = jax.process_count(), jax.process_index()
     docids = list(dict.fromkeys(d for _, d in pairs))
     qids = list(dict.fromkeys(q for q, _ in pairs))
-    mine = [d for i, d in enumerate(docids) if i % count == me]
-    self.source.prepare(mine)
-    counts_d = np.zeros(len(docids), np.int64)
-    for i, docid in enumerate(docids):
-      if i % count == me:
-        counts_d[i] = self.source.num_segments(docid)
-    if max_segments is not None:
-      counts_d = np.minimum(counts_d, max_segments)
-    counts_d = gather(counts_d).sum(0)  # each document has one owner
-    offsets_d = np.concatenate([[0], np.cumsum(counts_d)[:-1]])
-    segments: dict[int, list] = {b: [] for b in self.buckets}
-    for i, docid in enumerate(docids):
-      if i % count != me:
-        continue
-      for s in range(int(counts_d[i])):
-        length = self.source.segment_length(docid, s)
-        bucket = next(b for b in self.buckets if b >= length)
-        segments[bucket].append(functools.partial(
-            _row, self.source.segment_row, int(offsets_d[i] + s), docid, s))
+    counts_d = self._counts(docids, max_segments)
+    embedded = self._embedded(params)
+    built_s = self._embed_missing(params, embedded, docids, counts_d, desc)
+    segment_nh = (embedded.buffer() if embedded.size else
+                  _zeros(padded_count(0), self._hidden, self._replicated)())
+    count, me = jax.process_count(), jax.process_index()
     queries: dict[int, list] = {b: [] for b in self.buckets}
     for i, qid in enumerate(qids):
       if i % count == me:
@@ -155,8 +179,6 @@ class EmbeddingScorer:
                       if b >= self.source.query_length(qid))
         queries[bucket].append(functools.partial(
             _row, self.source.query_row, i, qid))
-    segment_nh, built_s = self._embed(params, segments, int(counts_d.sum()),
-                                      f"{desc} (segments)")
     query_qh, built_q = self._embed(params, queries, len(qids),
                                     f"{desc} (queries)")
     width = self.source.width or int(counts_d.max(initial=1))
@@ -169,14 +191,69 @@ class EmbeddingScorer:
     position_d = {d: i for i, d in enumerate(docids)}
     position_q = {q: i for i, q in enumerate(qids)}
     for p, (qid, docid) in enumerate(pairs):
-      d = position_d[docid]
+      n = min(int(counts_d[position_d[docid]]), width)
       query_p[p] = position_q[qid]
-      n = min(int(counts_d[d]), width)
-      segment_ps[p, :n] = offsets_d[d] + np.arange(n)
+      segment_ps[p, :n] = embedded.rows[docid][0] + np.arange(n)
     index = jax.device_put((query_p, segment_ps), self._replicated)
     scores_ps = self._pair_scores(params, segment_nh, query_qh, *index)
     self.built = (built_s[0] + built_q[0], built_s[1] + built_q[1])
+    self._evict()
     return PairScores(pairs, scores_ps)
+
+  def _counts(self, docids: list[str], max_segments: int | None
+              ) -> np.ndarray:
+    """Segments to score per document (each process segments the
+    documents it owns; every process gets all counts)."""
+    count, me = jax.process_count(), jax.process_index()
+    mine = [d for i, d in enumerate(docids) if i % count == me]
+    self.source.prepare(mine)
+    counts_d = np.zeros(len(docids), np.int64)
+    for i, docid in enumerate(docids):
+      if i % count == me:
+        counts_d[i] = self.source.num_segments(docid)
+    if max_segments is not None:
+      counts_d = np.minimum(counts_d, max_segments)
+    return gather(counts_d).sum(0)  # each document has one owner
+
+  def _embedded(self, params: Any) -> _Embedded:
+    """The segment embeddings kept for these parameters (most recent)."""
+    digest = tuple(params_digest(params))
+    embedded = self._cache.pop(digest, None) or _Embedded(self._mesh)
+    self._cache[digest] = embedded
+    return embedded
+
+  def _embed_missing(self, params: Any, embedded: _Embedded,
+                     docids: list[str], counts_d: np.ndarray, desc: str
+                     ) -> tuple[int, int]:
+    """Embeds the segments `embedded` lacks (each process the rows of the
+    documents it owns), appended as one more buffer."""
+    missing = [i for i, d in enumerate(docids)
+               if embedded.rows.get(d, (0, 0))[1] < counts_d[i]]
+    if not missing:
+      return 0, 0
+    count, me = jax.process_count(), jax.process_index()
+    new_counts = counts_d[missing]
+    offsets = np.concatenate([[0], np.cumsum(new_counts)[:-1]])
+    segments: dict[int, list] = {b: [] for b in self.buckets}
+    for i, offset in zip(missing, offsets):
+      if i % count != me:
+        continue
+      for s in range(int(counts_d[i])):
+        length = self.source.segment_length(docids[i], s)
+        bucket = next(b for b in self.buckets if b >= length)
+        segments[bucket].append(functools.partial(
+            _row, self.source.segment_row, int(offset + s), docids[i], s))
+    buffer, built = self._embed(params, segments, int(new_counts.sum()),
+                                f"{desc} (segments)")
+    embedded.append(buffer, {docids[i]: (int(o), int(c)) for i, o, c in
+                             zip(missing, offsets, new_counts)})
+    return built
+
+  def _evict(self) -> None:
+    """Drops the least recently used parameters' embeddings while more
+    than `cache_rows` rows are kept."""
+    while sum(e.size for e in self._cache.values()) > self.cache_rows:
+      self._cache.popitem(last=False)
 
   def padding(self, pairs: Sequence[Pair], max_segments: int | None = None
               ) -> float:

@@ -17,6 +17,7 @@ from typing import Any, Callable
 import flax.struct
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from flax import nnx
 
@@ -83,3 +84,15 @@ def state_shardings(tx: optax.GradientTransformation,
   return TrainState(step=replicated, params=param_shardings,
                     opt_state=opt_shardings, rng=replicated,
                     nonfinite_step=replicated)
+
+
+@jax.jit
+def _leaf_sums(params) -> jax.Array:
+  return jnp.stack([jnp.sum(x.astype(jnp.float32))
+                    for x in jax.tree.leaves(params)])
+
+
+def params_digest(params: Any) -> list[float]:
+  """A cheap identity of a model's parameters (the sum of every array), so
+  that scores saved from other parameters are never reused."""
+  return [float(v) for v in np.asarray(jax.device_get(_leaf_sums(params)))]
