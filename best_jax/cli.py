@@ -26,6 +26,8 @@ COMMANDS = {
              "BM25 first-stage retrieval over a corpus, writing a TREC run"),
     "evaluate": ("best_jax.evaluate.command",
                  "evaluate a TREC run against qrels as trec_eval does"),
+    "seeds": ("best_jax.evaluate.seeds",
+              "summarise an experiment over seeds: mean ± std, paired tests"),
     "segment": ("best_jax.segments.command",
                 "split documents into segments and report statistics"),
     "train": ("best_jax.experiment.command",

@@ -1,0 +1,131 @@
+"""`best_jax seeds`: one experiment's runs summarised over seeds.
+
+  python -m best_jax seeds W_SEED0 W_SEED1 W_SEED2 [--against "BM25 + peer"]
+      [--out seeds.md] [--json]
+
+Reads each work directory's metrics.json (`best_jax train` with
+`--config.seed=N`; the same test queries in every one) and writes one table:
+per run, MRR@10 and NDCG@10 as mean ± standard deviation over the seeds
+(ddof 1), segment P@1 (answer) likewise, and paired t-tests of the per-query
+MRR@10 averaged over the seeds against BM25 and each `--against` run. Runs
+missing from a work directory are left out (a line says so); work
+directories whose test queries differ are an error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+
+import numpy as np
+
+from best_jax.data.files import atomic_write, read_text
+from best_jax.errors import InputError
+from best_jax.evaluate.significance import paired_p_values
+
+METRICS = (("recip_rank_cut_10", "MRR@10"), ("ndcg_cut_10", "NDCG@10"))
+TESTED = "recip_rank_cut_10"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+  parser.add_argument("workdirs", nargs="+",
+                      help="work directories of one config, one per seed")
+  parser.add_argument("--against", action="append", default=None,
+                      help="runs to test every run against (default: BM25 "
+                      "and, when present, BM25 + peer); repeatable")
+  parser.add_argument("--out", default=None, help="also write the table here")
+  parser.add_argument("--json", action="store_true",
+                      help="print one JSON object instead of the table")
+
+
+def _metrics(workdir: str) -> dict:
+  path = os.path.join(workdir, "metrics.json")
+  if not os.path.isfile(path):
+    raise InputError("no metrics.json: run `best_jax train` into this "
+                     "directory first", workdir)
+  try:
+    return json.loads(read_text(path))
+  except ValueError as e:
+    raise InputError(f"not valid JSON: {e}", path) from None
+
+
+def summarise(metrics: Sequence[dict], against: Sequence[str]) -> dict:
+  """`{"seeds", "queries", "runs": {run: {...}}, "missing": {run: n}}`."""
+  queries = sorted(metrics[0]["per_query"]["BM25"])
+  for m in metrics[1:]:
+    if sorted(m["per_query"]["BM25"]) != queries:
+      raise InputError("the work directories have different test queries; "
+                       "summarise runs of one config only")
+  names = list(dict.fromkeys(n for m in metrics for n in m["means"]))
+  complete = [n for n in names if all(n in m["means"] for m in metrics)]
+  per_query = {n: np.mean([[m["per_query"][n][q][TESTED] for q in queries]
+                           for m in metrics], axis=0) for n in complete}
+  runs = {}
+  for name in complete:
+    row = {"seeds": len(metrics)}
+    for metric, label in METRICS:
+      values = [m["means"][name][metric] for m in metrics]
+      row[label] = {"mean": float(np.mean(values)), "std": _std(values),
+                    "values": values}
+    p_at_1 = [m.get("segment_p_at_1", {}).get(name, {}).get("answer")
+              for m in metrics]
+    if all(v is not None for v in p_at_1):
+      row["P@1"] = {"mean": float(np.mean(p_at_1)), "std": _std(p_at_1),
+                    "values": p_at_1}
+    row["p"] = {base: float(paired_p_values(per_query[name],
+                                            per_query[base])[0])
+                for base in against if base in per_query and base != name}
+    runs[name] = row
+  return {"seeds": len(metrics), "queries": len(queries), "runs": runs,
+          "missing": {n: sum(n not in m["means"] for m in metrics)
+                      for n in names if n not in complete}}
+
+
+def _std(values: Sequence[float]) -> float:
+  return float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
+
+
+def _cell(stat: dict | None) -> str:
+  return "—" if stat is None else f"{stat['mean']:.4f} ± {stat['std']:.4f}"
+
+
+def _p(value: float | None) -> str:
+  if value is None or value != value:
+    return "—"
+  return "< 0.001" if value < 0.001 else f"{value:.3f}"
+
+
+def render(summary: dict, against: Sequence[str]) -> str:
+  header = ["run", "MRR@10", "NDCG@10", "segment P@1"] + [
+      f"p vs {b} (MRR@10)" for b in against]
+  lines = [f"{summary['seeds']} seeds, {summary['queries']} test queries "
+           "(mean ± std over seeds; paired t-tests on per-query MRR@10 "
+           "averaged over the seeds)",
+           "| " + " | ".join(header) + " |",
+           "|" + " --- |" * len(header)]
+  for name, row in summary["runs"].items():
+    lines.append("| " + " | ".join(
+        [name, _cell(row["MRR@10"]), _cell(row["NDCG@10"]),
+         _cell(row.get("P@1"))] + [_p(row["p"].get(b)) for b in against])
+                 + " |")
+  for name, count in summary["missing"].items():
+    lines.append(f"\n{name}: missing from {count} of {summary['seeds']} "
+                 "work directories, left out")
+  return "\n".join(lines) + "\n"
+
+
+def main(args: argparse.Namespace) -> int:
+  metrics = [_metrics(w) for w in args.workdirs]
+  against = args.against or ["BM25"] + [
+      n for n in ("BM25 + peer",) if all(n in m["means"] for m in metrics)]
+  summary = summarise(metrics, against)
+  text = (json.dumps(summary, indent=1) + "\n" if args.json
+          else render(summary, against))
+  if args.out:
+    with atomic_write(args.out) as f:
+      f.write(text)
+  sys.stdout.write(text)
+  return 0

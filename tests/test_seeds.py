@@ -1,0 +1,64 @@
+"""`best_jax seeds`: mean ± std over seeds and tests on per-query means."""
+
+import json
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from best_jax.cli import main
+
+
+def _workdir(tmp_path, seed, runs, queries=("q1", "q2", "q3", "q4")):
+  """A work directory whose metrics.json has `runs`: {name: [MRR per
+  query]} (NDCG = MRR / 2)."""
+  workdir = tmp_path / f"s{seed}"
+  workdir.mkdir()
+  per_query = {name: {q: {"recip_rank_cut_10": v, "ndcg_cut_10": v / 2}
+                      for q, v in zip(queries, values)}
+               for name, values in runs.items()}
+  means = {name: {"recip_rank_cut_10": float(np.mean(values)),
+                  "ndcg_cut_10": float(np.mean(values)) / 2}
+           for name, values in runs.items()}
+  p_at_1 = {name: {"answer": 0.5 + seed / 10} for name in runs
+            if name != "BM25"}
+  (workdir / "metrics.json").write_text(json.dumps(
+      {"means": means, "per_query": per_query, "segment_p_at_1": p_at_1}))
+  return str(workdir)
+
+
+def test_seeds_table_means_stds_and_per_query_tests(tmp_path, capsys):
+  bm25 = [1.0, 0.5, 0.5, 0.25]
+  model = [[1.0, 1.0, 0.5, 0.5], [1.0, 0.5, 1.0, 0.5], [1.0, 1.0, 1.0, 0.2]]
+  workdirs = [_workdir(tmp_path, s, {"BM25": bm25, "BeST-1": model[s],
+                                     **({"BeST-2": bm25} if s else {})})
+              for s in range(3)]
+  assert main(["seeds", *workdirs, "--json"]) == 0
+  summary = json.loads(capsys.readouterr().out)
+  best = summary["runs"]["BeST-1"]
+  means = [np.mean(m) for m in model]
+  assert best["MRR@10"]["mean"] == pytest.approx(np.mean(means))
+  assert best["MRR@10"]["std"] == pytest.approx(np.std(means, ddof=1))
+  assert best["NDCG@10"]["mean"] == pytest.approx(np.mean(means) / 2)
+  assert best["P@1"]["mean"] == pytest.approx(0.6)
+  want = stats.ttest_rel(np.mean(model, axis=0), bm25).pvalue
+  assert best["p"]["BM25"] == pytest.approx(want)
+  assert summary["missing"] == {"BeST-2": 1}
+  assert "BeST-2" not in summary["runs"]
+
+  out = tmp_path / "seeds.md"
+  assert main(["seeds", *workdirs, "--out", str(out)]) == 0
+  table = out.read_text()
+  assert f"| BeST-1 | {np.mean(means):.4f} ± {np.std(means, ddof=1):.4f}" in (
+      table)
+  assert "BeST-2: missing from 1 of 3" in table
+
+
+def test_seeds_refuses_different_test_queries(tmp_path, capsys):
+  a = _workdir(tmp_path, 0, {"BM25": [1.0, 0.5, 0.5, 0.25]})
+  b = _workdir(tmp_path, 1, {"BM25": [1.0, 0.5, 0.5, 0.25]},
+               queries=("q1", "q2", "q3", "q5"))
+  assert main(["seeds", a, b]) == 2
+  assert "different test queries" in capsys.readouterr().err
+  assert main(["seeds", a, str(tmp_path / "none")]) == 2
+  assert "no metrics.json" in capsys.readouterr().err
