@@ -97,8 +97,11 @@ def table1(metrics: Mapping[str, Any]) -> str:
     if counts:
       cells.append(str(counts.get(name, "")))
     lines.append(f"| {name} | " + " | ".join(cells) + " |")
-  lines.append(f"† / ‡: paired t-test p < {ALPHA} against BM25 / FirstP "
-               "(per metric).")
+  marked = {"†": "BM25", "‡": "FirstP"}
+  marked = {k: v for k, v in marked.items() if v in means}
+  if marked:
+    lines.append(f"{' / '.join(marked)}: paired t-test p < {ALPHA} against "
+                 f"{' / '.join(marked.values())} (per metric).")
   return "\n".join(lines)
 
 
