@@ -145,6 +145,7 @@ def fit(name: str, state: Any, step_fn: Callable, batches, *, num_steps: int,
   history: list[dict[str, float]] = []
   best: dict[str, tuple[float, int, Any]] = {}
   since_best, positions, step, last_saved = 0, [], 0, None
+  pending: list[dict[str, Any]] = []  # metrics since the last history entry
   if checkpointer is not None and checkpointer.latest_step() is not None:
     keys = checkpointer.record()["best_dev"]
     like = abstract(model_params(state))
@@ -153,6 +154,10 @@ def fit(name: str, state: Any, step_fn: Callable, batches, *, num_steps: int,
     step = last_saved = record["step"]
     history, since_best = record["history"], record["since_best"]
     positions = record["positions"]
+    # float32, as the steps returned them: the next entry's mean is the
+    # uninterrupted run's.
+    pending = [{k: np.float32(v) for k, v in m.items()}
+               for m in record.get("pending", [])]
     best = {k: (record["best_dev"][k], record["best_step"][k],
                 best_params[k]) for k in keys}
     if step < num_steps:
@@ -160,7 +165,7 @@ def fit(name: str, state: Any, step_fn: Callable, batches, *, num_steps: int,
     log(f"{name}: resumed at step {step} (best dev "
         f"{ {k: round(v[0], 4) for k, v in best.items()} })")
   stopped = since_best >= patience > 0
-  pending, selected = [], []
+  selected = []
 
   def save():
     nonlocal last_saved
@@ -171,7 +176,9 @@ def fit(name: str, state: Any, step_fn: Callable, batches, *, num_steps: int,
                                 "since_best": since_best,
                                 "best_dev": {k: v[0] for k, v in best.items()},
                                 "best_step": {k: v[1] for k, v in best.items()},
-                                "positions": positions},
+                                "positions": positions,
+                                "pending": [{k: float(v) for k, v in m.items()}
+                                            for m in jax.device_get(pending)]},
                         data=batches.get_state())
       last_saved = step
 
