@@ -24,8 +24,9 @@ test: $(STAMP)
 clean:
 	rm -rf $(VENV) .pytest_cache
 
-# The README's main command: BeST vs FirstP/MaxP on the SQuAD long-document
-# benchmark, sized for a 2-core CPU (configs/squad_longdoc.py:runlocal).
+# The README's main command: BeST vs BM25 and the zero-shot peer on the
+# SQuAD long-document benchmark, sized for a 2-core CPU
+# (configs/squad_longdoc.py:runlocal).
 # SQuAD v1.1 comes from $BEST_JAX_SQUAD_JSON, else ../shared/data/squad/, else
 # dev-v1.1.json in the TFDS manual directory; when none is there, the command
 # says where to download it.

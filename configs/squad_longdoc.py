@@ -35,7 +35,7 @@ Arguments:
 lies inside them for 80% of the test pairs); its training segments have
 random lengths over that same span (7 on average, at most 12), so selection
 sees what inference scores. The bi-encoder variants (`cpu_bi`, `runlocal`)
-embed every ~125-token window of every document (each segment once per
+embed every ~125-token window of every document (each about once per
 model, so the whole document costs little) and their training segments
 cover the whole document too.
 

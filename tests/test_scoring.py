@@ -226,7 +226,8 @@ def test_bi_encoder_reuses_embeddings_of_the_same_parameters(trainer):
   assert segments_embedded() == 2
   with jax.transfer_guard_host_to_device("disallow"):
     scores = scorer.score(params0, later).host()
-  assert segments_embedded() == 2 + rows - 1  # d0's first segment kept
+  # d1's only segment is reused; d0, d2, d3 are embedded (again) in full.
+  assert segments_embedded() == 2 + rows - 1
   want = fresh.score(params0, later).host()
   for pair in later:
     np.testing.assert_array_equal(scores[pair], want[pair])
@@ -242,3 +243,15 @@ def test_bi_encoder_reuses_embeddings_of_the_same_parameters(trainer):
   scorer.score(params1, later)
   scorer.score(params0, later)
   assert segments_embedded() == 2 + 3 * rows - 1
+  # No segment to score: no pair has a score (nothing is looked up).
+  empty = EmbeddingScorer(bi, source, rows_per_call=8,
+                          buckets=default_buckets(LENGTH, count=2),
+                          cache_rows=64)
+  assert all(len(v) == 0 for v in empty.score(
+      params0, later, max_segments=0).host().values())
+  # Without cache_rows (a reranker's per-call documents), nothing is kept.
+  uncached = EmbeddingScorer(bi, source, rows_per_call=8,
+                             buckets=default_buckets(LENGTH, count=2))
+  uncached.score(params0, later)
+  uncached.score(params0, later)
+  assert segments_embedded() == 2 + 5 * rows - 1

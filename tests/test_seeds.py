@@ -62,3 +62,9 @@ def test_seeds_refuses_different_test_queries(tmp_path, capsys):
   assert "different test queries" in capsys.readouterr().err
   assert main(["seeds", a, str(tmp_path / "none")]) == 2
   assert "no metrics.json" in capsys.readouterr().err
+  assert main(["seeds", a, a, "--against", "BeST-9"]) == 2
+  assert "--against 'BeST-9': no such run" in capsys.readouterr().err
+  (tmp_path / "bad").mkdir()
+  (tmp_path / "bad" / "metrics.json").write_text("{}")
+  assert main(["seeds", a, str(tmp_path / "bad")]) == 2
+  assert "not the metrics.json" in capsys.readouterr().err

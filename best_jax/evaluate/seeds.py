@@ -47,20 +47,33 @@ def _metrics(workdir: str) -> dict:
     raise InputError("no metrics.json: run `best_jax train` into this "
                      "directory first", workdir)
   try:
-    return json.loads(read_text(path))
+    metrics = json.loads(read_text(path))
   except ValueError as e:
     raise InputError(f"not valid JSON: {e}", path) from None
+  if not isinstance(metrics, dict) or "BM25" not in metrics.get(
+      "per_query", {}) or "means" not in metrics:
+    raise InputError("not the metrics.json of a `best_jax train` run "
+                     "(needs means and per-query BM25 values)", path)
+  return metrics
 
 
 def summarise(metrics: Sequence[dict], against: Sequence[str]) -> dict:
-  """`{"seeds", "queries", "runs": {run: {...}}, "missing": {run: n}}`."""
+  """`{"seeds", "queries", "runs": {run: {...}}, "missing": {run: n}}`:
+  runs that some work directory lacks, or has for fewer queries (e.g. a
+  BeST iteration only some cross-validation folds reached), are missing."""
   queries = sorted(metrics[0]["per_query"]["BM25"])
   for m in metrics[1:]:
     if sorted(m["per_query"]["BM25"]) != queries:
       raise InputError("the work directories have different test queries; "
                        "summarise runs of one config only")
   names = list(dict.fromkeys(n for m in metrics for n in m["means"]))
-  complete = [n for n in names if all(n in m["means"] for m in metrics)]
+  complete = [n for n in names if all(
+      n in m["means"] and all(q in m["per_query"].get(n, {}) for q in queries)
+      for m in metrics)]
+  unknown = [b for b in against if b not in complete]
+  if unknown:
+    raise InputError(f"--against {unknown[0]!r}: no such run in every work "
+                     f"directory (runs: {', '.join(complete)})")
   per_query = {n: np.mean([[m["per_query"][n][q][TESTED] for q in queries]
                            for m in metrics], axis=0) for n in complete}
   runs = {}

@@ -9,9 +9,10 @@ through the same chunked feed as `selection.SegmentScorer`), then one jitted
 gather-and-score fills the `[pairs, segments]` array of a `PairScores`
 (−inf where a pair has no such segment). Parameters and embeddings never
 leave the devices; selection is `PairScores.select()`, as for the
-cross-encoder. The segment embeddings of the most recently used parameters
-stay on the devices (up to `cache_rows`), so a model's dev evaluation and
-its test scoring embed each document once.
+cross-encoder. With `cache_rows`, the segment embeddings of the most
+recently used parameters stay on the devices, so a model's dev evaluation
+and its test scoring embed a document once (again in full when more of its
+segments are needed than were embedded, e.g. all after the first only).
 """
 
 from __future__ import annotations
@@ -113,11 +114,13 @@ class EmbeddingScorer:
     buckets: row lengths compiled for (ascending; the last fits every row).
     cache_rows: segment embeddings kept on the devices (rows, over the
       most recently used parameters) for later calls with the same
-      parameters.
+      parameters; 0 (default): none. Only for a source whose docids always
+      name the same segments (an experiment's corpus, not a reranker's
+      per-call documents).
   """
 
   def __init__(self, trainer, source: TextRows, *, rows_per_call: int,
-               buckets: Sequence[int], cache_rows: int = 1 << 18):
+               buckets: Sequence[int], cache_rows: int = 0):
     self.source = source
     self.rows_per_call = rows_per_call
     self.cache_rows = cache_rows
@@ -193,7 +196,8 @@ class EmbeddingScorer:
     for p, (qid, docid) in enumerate(pairs):
       n = min(int(counts_d[position_d[docid]]), width)
       query_p[p] = position_q[qid]
-      segment_ps[p, :n] = embedded.rows[docid][0] + np.arange(n)
+      if n:
+        segment_ps[p, :n] = embedded.rows[docid][0] + np.arange(n)
     index = jax.device_put((query_p, segment_ps), self._replicated)
     scores_ps = self._pair_scores(params, segment_nh, query_qh, *index)
     self.built = (built_s[0] + built_q[0], built_s[1] + built_q[1])
@@ -225,8 +229,9 @@ class EmbeddingScorer:
   def _embed_missing(self, params: Any, embedded: _Embedded,
                      docids: list[str], counts_d: np.ndarray, desc: str
                      ) -> tuple[int, int]:
-    """Embeds the segments `embedded` lacks (each process the rows of the
-    documents it owns), appended as one more buffer."""
+    """Embeds the documents `embedded` lacks, or holds fewer segments of
+    than `counts_d` (all their segments again; each process the rows of
+    the documents it owns), appended as one more buffer."""
     missing = [i for i, d in enumerate(docids)
                if embedded.rows.get(d, (0, 0))[1] < counts_d[i]]
     if not missing:
