@@ -22,3 +22,24 @@ def test_a_save_before_the_first_evaluation_restores(tmp_path):
   np.testing.assert_array_equal(restored["w"], state["w"])
   assert (best, got, position) == ({}, record, [3])
 
+
+
+def test_the_record_is_the_one_at_the_save_call(tmp_path):
+  """The save is asynchronous; lists the caller appends to afterwards (the
+  loop's history and positions) must not leak into the checkpoint."""
+  state = {"w": jnp.arange(4.0)}
+  history, positions = [{"step": 3, "loss": 0.5}], [1, 2]
+  record = {"step": 3, "history": history, "positions": positions}
+  data = [3]
+  with Checkpointer(str(tmp_path / "c"), max_to_keep=1) as checkpointer:
+    checkpointer.save(3, state=state, best={}, record=record, data=data)
+    history.append({"step": 4, "loss": 0.25})
+    positions.extend([7, 8])
+    data.append(9)
+    checkpointer.wait_until_finished()
+    _, _, got, position = checkpointer.restore(
+        jax.tree.map(lambda x: jax.ShapeDtypeStruct(
+            x.shape, x.dtype, sharding=x.sharding), state), {})
+  assert got == {"step": 3, "history": [{"step": 3, "loss": 0.5}],
+                 "positions": [1, 2]}
+  assert position == [3]

@@ -18,6 +18,7 @@ finished parameters of a stage. Paths may be local or `gs://` URIs.
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any
 
@@ -67,7 +68,9 @@ class Checkpointer:
   def save(self, step: int, *, state: Any, best: Any,
            record: dict[str, Any], data: Any) -> None:
     """Starts saving (returns before it is written; device arrays are copied
-    first, so `state` may be donated right after)."""
+    first, so `state` may be donated right after, and the JSON items are
+    serialised now, so their lists may grow right after)."""
+    record, data = json.loads(json.dumps(record)), json.loads(json.dumps(data))
     items = {STATE: ocp.args.StandardSave(state),
              RECORD: ocp.args.JsonSave(record),
              DATA: ocp.args.JsonSave({"position": data})}
