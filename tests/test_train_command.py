@@ -242,6 +242,17 @@ def test_qds_regime_joins_the_experiment(tmp_path, monkeypatch):
     assert len(json.load(f)) < len(records)
 
 
+def test_qds_alone_runs_without_birch(tmp_path):
+  """With QDS the only model, Birch (sentences need a segment model) is
+  left out instead of scoring sentences with QDS's parameters."""
+  workdir = str(tmp_path / "w")
+  assert cli.main(["train", "--config", "configs/tiny_cpu.py", "--workdir",
+                   workdir, "--config.regimes=['qds']"] + ARGS) == 0
+  with open(os.path.join(workdir, "metrics.json")) as f:
+    means = json.load(f)["means"]
+  assert "QDS" in means and "Birch" not in means
+
+
 def test_goldp_trains_on_the_gold_segment_of_the_training_segmentation(
     tmp_path, monkeypatch):
   """GoldP's positive is the training segment (random lengths, like its

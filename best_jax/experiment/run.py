@@ -167,9 +167,12 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str
     runs[name] = evaluation.full_run(
         evaluation.reranked(scores, inputs.candidates["test"], key),
         runs["BM25"])
+  # Birch scores sentences with a model of the segment family (never QDS).
   birch = config.get("birch")
-  if birch is not None and birch.enabled and models:
-    source = birch.model if birch.model in models else next(iter(models))
+  sentence_models = [n for n, m in models.items() if m[3] is family]
+  if birch is not None and birch.enabled and sentence_models:
+    source = (birch.model if birch.model in sentence_models
+              else sentence_models[0])
     runs["Birch"] = birch_run(config, out, inputs, family,
                               models[source][0], source, runs["BM25"])
   fused = []
