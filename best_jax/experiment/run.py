@@ -170,9 +170,14 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str
   # Birch scores sentences with a model of the segment family (never QDS).
   birch = config.get("birch")
   sentence_models = [n for n, m in models.items() if m[3] is family]
-  if birch is not None and birch.enabled and sentence_models:
+  if birch is not None and birch.enabled and not sentence_models:
+    out.log("birch: left out (no segment model: it scores sentences)")
+  elif birch is not None and birch.enabled:
     source = (birch.model if birch.model in sentence_models
               else sentence_models[0])
+    if source != birch.model:
+      out.log(f"birch: no {birch.model} model; scoring sentences with "
+              f"{source}")
     runs["Birch"] = birch_run(config, out, inputs, family,
                               models[source][0], source, runs["BM25"])
   fused = []

@@ -154,10 +154,9 @@ def fit(name: str, state: Any, step_fn: Callable, batches, *, num_steps: int,
     step = last_saved = record["step"]
     history, since_best = record["history"], record["since_best"]
     positions = record["positions"]
-    # float32, as the steps returned them: the next entry's mean is the
-    # uninterrupted run's.
-    pending = [{k: np.float32(v) for k, v in m.items()}
-               for m in record.get("pending", [])]
+    # Exact as floats, and averaged in float64 below: the next entry's
+    # mean is the uninterrupted run's whatever the metrics' dtypes.
+    pending = record.get("pending", [])
     best = {k: (record["best_dev"][k], record["best_step"][k],
                 best_params[k]) for k in keys}
     if step < num_steps:
@@ -207,7 +206,8 @@ def fit(name: str, state: Any, step_fn: Callable, batches, *, num_steps: int,
       selected = []
       if at_log:
         values = jax.device_get(pending)
-        entry = {k: float(np.mean([v[k] for v in values])) for k in values[0]}
+        entry = {k: float(np.mean([v[k] for v in values], dtype=np.float64))
+                 for k in values[0]}
         history.append({"step": step, **entry})
         bar.set_postfix(loss=f"{entry['loss']:.4f}")
         pending = []
