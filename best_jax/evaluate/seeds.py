@@ -93,7 +93,9 @@ def summarise(metrics: Sequence[dict], against: Sequence[str]) -> dict:
                 for base in against if base in per_query and base != name}
     runs[name] = row
   return {"seeds": len(metrics), "queries": len(queries), "runs": runs,
-          "missing": {n: sum(n not in m["means"] for m in metrics)
+          "missing": {n: sum(n not in m["means"] or any(
+              q not in m["per_query"].get(n, {}) for q in queries)
+                             for m in metrics)
                       for n in names if n not in complete}}
 
 
@@ -125,8 +127,8 @@ def render(summary: dict, against: Sequence[str]) -> str:
          _cell(row.get("P@1"))] + [_p(row["p"].get(b)) for b in against])
                  + " |")
   for name, count in summary["missing"].items():
-    lines.append(f"\n{name}: missing from {count} of {summary['seeds']} "
-                 "work directories, left out")
+    lines.append(f"\n{name}: missing (or on fewer queries) in {count} of "
+                 f"{summary['seeds']} work directories, left out")
   return "\n".join(lines) + "\n"
 
 

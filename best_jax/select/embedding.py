@@ -220,7 +220,10 @@ class EmbeddingScorer:
     return gather(counts_d).sum(0)  # each document has one owner
 
   def _embedded(self, params: Any) -> _Embedded:
-    """The segment embeddings kept for these parameters (most recent)."""
+    """The segment embeddings kept for these parameters (most recent);
+    without a cache, a fresh set (no digest computed)."""
+    if not self.cache_rows:
+      return _Embedded(self._mesh)
     digest = tuple(params_digest(params))
     embedded = self._cache.pop(digest, None) or _Embedded(self._mesh)
     self._cache[digest] = embedded
