@@ -22,6 +22,7 @@ from best_jax.experiment import examples as examples_lib
 from best_jax.experiment import evaluation
 from best_jax.experiment import models as models_lib
 from best_jax.experiment import run as run_lib
+from best_jax.rerank import interpolate
 from best_jax.train import loop
 
 ARGS = ["--config.train.num_steps=4", "--config.train.eval_every=2",
@@ -294,7 +295,8 @@ def test_bi_encoder_family_trains_through_the_same_regimes(tmp_path):
                    "--config.train.in_batch_negatives=True",
                    "--config.train.loss=softmax_cross_entropy",
                    "--config.regimes=['firstp','maxp','best']",
-                   "--config.birch.enabled=False"] + ARGS) == 0
+                   "--config.birch.enabled=False",
+                   "--config.eval.depth=5"] + ARGS) == 0
   with open(os.path.join(workdir, "metrics.json")) as f:
     metrics = json.load(f)
   assert {"Zero-shot bi-encoder", "FirstP", "MaxP", "BeST-1", "BeST-2",
@@ -303,6 +305,19 @@ def test_bi_encoder_family_trains_through_the_same_regimes(tmp_path):
   with open(os.path.join(workdir, "fusion.json")) as f:
     fusion = {r["model"]: r for r in json.load(f)}
   assert 0.0 <= fusion["MaxP"]["alpha"] <= 1.0
+  # The fusion normalises each query's reranked top 5 only, as on dev where
+  # α was chosen (not the completed list, whose ranks 6… hold placeholders).
+  runs = lambda name: trec.read_run(os.path.join(workdir, "runs", name))
+  bm25, maxp, fused = (runs("bm25.run"), runs("maxp.run"),
+                       runs("maxp_+_bm25.run"))
+  assert max(len(r) for r in bm25.values()) > 5
+  top = {q: dict(trec.ranked(r)[:5]) for q, r in maxp.items()}
+  want = interpolate.interpolate(bm25, top, fusion["MaxP"]["alpha"])
+  for qid, scores in want.items():
+    got = dict(trec.ranked(fused[qid])[:len(scores)])
+    assert got.keys() == scores.keys()
+    np.testing.assert_allclose([got[d] for d in scores],
+                               list(scores.values()), atol=1e-5)
   assert len(metrics["selected_positions"]["BeST-2 (θ1 argmax)"]) > 0
 
 

@@ -32,9 +32,26 @@ def _first_stage(inputs: Inputs, split: str) -> trec.Run:
   return {q: part.run.get(q, {}) for q in part.topics}
 
 
+def _check_reranked(inputs: Inputs, split: str, name: str,
+                    run: trec.Run) -> None:
+  """Raises ValueError unless `run` holds exactly the split's reranked
+  candidates: min-max normalisation over a completed list (ranks k+1…
+  with placeholder scores) would fuse a different function than the one α
+  was chosen for."""
+  for qid, docids in inputs.candidates[split].items():
+    if set(run.get(qid, ())) != set(docids):
+      raise ValueError(
+          f"{name}: the {split} run of query {qid!r} must hold exactly its "
+          f"{len(docids)} reranked candidates, not {len(run.get(qid, ()))} "
+          "documents")
+
+
 def fuse(inputs: Inputs, name: str, dev: trec.Run, test: trec.Run
          ) -> tuple[trec.Run, dict[str, Any]]:
-  """The test run of `test` fused with BM25 at the α best on `dev`."""
+  """The test run of `test` fused with BM25 at the α best on `dev`; both
+  runs hold the reranked candidates only (the top k of each query)."""
+  _check_reranked(inputs, "dev", name, dev)
+  _check_reranked(inputs, "test", name, test)
   dev_first = _first_stage(inputs, "dev")
   alpha, table = interpolate.choose_alpha(
       dev_first, dev, inputs.data.splits["dev"].qrels, metric=DEV_METRIC)
@@ -47,7 +64,8 @@ def fuse(inputs: Inputs, name: str, dev: trec.Run, test: trec.Run
 def interpolated(inputs: Inputs, dev_runs: Mapping[str, trec.Run],
                  test_runs: Mapping[str, trec.Run]
                  ) -> tuple[dict[str, trec.Run], list[dict[str, Any]]]:
-  """`{"MODEL + BM25": test run}` for every model with a dev run."""
+  """`{"MODEL + BM25": test run}` for every model with a dev run; both
+  mappings hold each model's reranked candidates only."""
   runs, chosen = {}, []
   for name, dev in dev_runs.items():
     runs[f"{name} + BM25"], record = fuse(inputs, name, dev, test_runs[name])

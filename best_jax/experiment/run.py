@@ -156,7 +156,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str
   # ------------------------------------------------------ test runs
   test = inputs.data.splits["test"]
   runs = {"BM25": {q: test.run.get(q, {}) for q in test.topics}}
-  segment_scores = {}
+  segment_scores, reranked = {}, {}
   for name, (params, key, _, ranker) in models.items():
     whole = ranker is not family
     scores = evaluation.test_scores(
@@ -164,9 +164,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str
         max_segments=1 if key == "first" else None)
     if not whole and name != "FirstP":
       segment_scores[name] = scores
-    runs[name] = evaluation.full_run(
-        evaluation.reranked(scores, inputs.candidates["test"], key),
-        runs["BM25"])
+    reranked[name] = evaluation.reranked(scores, inputs.candidates["test"],
+                                         key)
+    runs[name] = evaluation.full_run(reranked[name], runs["BM25"])
   # Birch scores sentences with a model of the segment family (never QDS).
   birch = config.get("birch")
   sentence_models = [n for n, m in models.items() if m[3] is family]
@@ -184,7 +184,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str
   if config.get("interpolate", {}).get("enabled"):
     dev = {name: dev_scores.run(ranker.scorer, params, key)
            for name, (params, key, _, ranker) in models.items()}
-    extra, fused = fusion.interpolated(inputs, dev, runs)
+    extra, fused = fusion.interpolated(inputs, dev, reranked)
     runs.update(extra)
   if not out.writes:
     return {}
