@@ -1,13 +1,34 @@
 """Test set-up: 8 fake CPU devices, shared data location, and data fixtures."""
 
 import os
+import shutil
+import tempfile
 
 import jax
 
 # Must run before any JAX operation: every test sees 8 CPU devices.
 jax.config.update("jax_num_cpu_devices", 8)
 
+# One persistent compilation cache per test run, shared by the pytest workers
+# (they inherit the controller's environment) and by the `best_jax train`
+# subprocesses the tests start: the same tiny steps compile once per run, not
+# once per file. The controller removes it when the run ends.
+_OWNS_JIT_CACHE = "BEST_JAX_TEST_JIT_CACHE" not in os.environ
+if _OWNS_JIT_CACHE:
+  os.environ["BEST_JAX_TEST_JIT_CACHE"] = tempfile.mkdtemp(
+      prefix="best_jax_jit_cache_")
+JIT_CACHE = os.environ["BEST_JAX_TEST_JIT_CACHE"]
+os.environ["JAX_COMPILATION_CACHE_DIR"] = JIT_CACHE
+os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
+jax.config.update("jax_compilation_cache_dir", JIT_CACHE)
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+
 import pytest  # noqa: E402
+
+
+def pytest_sessionfinish(session):  # pylint: disable=unused-argument
+  if _OWNS_JIT_CACHE:  # the controller (or the only process without xdist)
+    shutil.rmtree(JIT_CACHE, ignore_errors=True)
 
 SHARED_DATA = os.environ.get(
     "BEST_JAX_DATA",

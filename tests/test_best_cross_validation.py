@@ -5,7 +5,6 @@ every query once and are evaluated together."""
 import json
 import os
 
-import jax
 import pytest
 
 from best_jax.data import trec
@@ -37,8 +36,6 @@ def _write_trec_files(directory):
 
 @pytest.mark.slow  # Three whole tiny experiments.
 def test_cross_validation_pools_held_out_folds(tmp_path):
-  jax.config.update("jax_compilation_cache_dir", str(tmp_path / "jit_cache"))
-  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
   qids = _write_trec_files(str(tmp_path))
   path = lambda name: str(tmp_path / name)
   config = tiny_config()

@@ -20,24 +20,22 @@ TRAIN = ["train", "--config", "configs/tiny_cpu.py",
 TIMEOUT_S = 600
 
 
-def _env(cache: str) -> dict:
+def _env() -> dict:
   env = dict(os.environ)
   env.pop("JAX_NUM_CPU_DEVICES", None)
   env.update({"JAX_PLATFORMS": "cpu",
               "XLA_FLAGS": "--xla_force_host_platform_device_count=8",
-              "JAX_COMPILATION_CACHE_DIR": cache,
-              "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
               "PYTHONPATH": os.pathsep.join(
                   [ROOT] + [p for p in [env.get("PYTHONPATH")] if p])})
   return env
 
 
-def _train(workdir: str, cache: str, fault: str | None = None
+def _train(workdir: str, fault: str | None = None
            ) -> subprocess.CompletedProcess:
   command = ([sys.executable, "-m", "best_jax"] if fault is None else
              [sys.executable, INJECTOR, fault, "--"])
   return subprocess.run(command + TRAIN + ["--workdir", workdir],
-                        env=_env(cache), cwd=ROOT, capture_output=True,
+                        env=_env(), cwd=ROOT, capture_output=True,
                         text=True, timeout=TIMEOUT_S, check=False)
 
 
@@ -48,40 +46,35 @@ def _runs(workdir: str) -> dict[str, bytes]:
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-  return str(tmp_path_factory.mktemp("jit_cache"))
-
-
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory, cache):
+def reference(tmp_path_factory):
   workdir = str(tmp_path_factory.mktemp("reference"))
-  done = _train(workdir, cache)
+  done = _train(workdir)
   assert done.returncode == 0, done.stderr[-3000:]
   return _runs(workdir)
 
 
 @pytest.mark.parametrize("point", ["joint", "select", "test", "between"])
-def test_sigkill_then_rerun_writes_identical_runs(tmp_path, cache, reference,
+def test_sigkill_then_rerun_writes_identical_runs(tmp_path, reference,
                                                    point):
   workdir = str(tmp_path / "w")
-  killed = _train(workdir, cache, f"sigkill:{point}")
+  killed = _train(workdir, f"sigkill:{point}")
   assert killed.returncode == -9, killed.stderr[-3000:]
   assert "fault_injector: sigkill" in killed.stdout
   assert not os.path.exists(os.path.join(workdir, "metrics.json"))
-  resumed = _train(workdir, cache)
+  resumed = _train(workdir)
   assert resumed.returncode == 0, resumed.stderr[-3000:]
   assert _runs(workdir) == reference
 
 
-def test_sigterm_saves_exits_cleanly_and_resumes(tmp_path, cache, reference):
+def test_sigterm_saves_exits_cleanly_and_resumes(tmp_path, reference):
   workdir = str(tmp_path / "w")
-  stopped = _train(workdir, cache, "sigterm:joint")
+  stopped = _train(workdir, "sigterm:joint")
   assert stopped.returncode == 143, stopped.stderr[-3000:]
   last = stopped.stderr.strip().splitlines()[-1]
   assert last == ("best_jax train: stopped: best1: asked to stop; saved at "
                   "step 3; rerun the same command to resume")
   assert "Traceback" not in stopped.stderr
-  resumed = _train(workdir, cache)
+  resumed = _train(workdir)
   assert resumed.returncode == 0, resumed.stderr[-3000:]
   assert "best1: resumed at step 3" in open(
       os.path.join(workdir, "log.txt")).read()

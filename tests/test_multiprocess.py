@@ -35,14 +35,12 @@ def free_port() -> int:
     return s.getsockname()[1]
 
 
-def _env(devices: int, cache: str, process: int | None = None,
+def _env(devices: int, process: int | None = None,
          port: int | None = None) -> dict:
   env = dict(os.environ)
   env.pop("JAX_NUM_CPU_DEVICES", None)
   env.update({"JAX_PLATFORMS": "cpu",
-              "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}",
-              "JAX_COMPILATION_CACHE_DIR": cache,
-              "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"})
+              "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}"})
   if process is not None:
     env.update({"BEST_JAX_DISTRIBUTED": "1",
                 "JAX_COORDINATOR_ADDRESS": f"127.0.0.1:{port}",
@@ -75,12 +73,11 @@ def _wait(children) -> list[tuple[str, str]]:
 
 @pytest.mark.slow  # Three tiny experiments in subprocesses.
 def test_two_processes_write_the_runs_of_one(tmp_path):
-  cache = str(tmp_path / "jit_cache")
   single = str(tmp_path / "single")
-  [_] = _wait([_start(single, _env(8, cache))])
+  [_] = _wait([_start(single, _env(8))])
   shared = str(tmp_path / "shared")  # one work directory for both processes
   port = free_port()
-  outputs = _wait([_start(shared, _env(4, cache, p, port)) for p in (0, 1)])
+  outputs = _wait([_start(shared, _env(4, p, port)) for p in (0, 1)])
 
   runs = sorted(os.listdir(os.path.join(single, "runs")))
   assert runs == sorted(os.listdir(os.path.join(shared, "runs")))

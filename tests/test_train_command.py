@@ -30,13 +30,6 @@ ARGS = ["--config.train.num_steps=4", "--config.train.eval_every=2",
         "--config.data.num_queries=32", "--config.data.num_docs=24"]
 
 
-@pytest.fixture(autouse=True)
-def compilation_cache(tmp_path_factory):
-  jax.config.update("jax_compilation_cache_dir",
-                    str(tmp_path_factory.getbasetemp() / "jit_cache"))
-  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
-
-
 def test_config_overrides_are_typed_and_checked():
   config = load_config("configs/tiny_cpu.py", [
       "config.train.num_steps=7", "config.optimizer.learning_rate=1",
