@@ -35,8 +35,8 @@ Arguments:
 lies inside them for 80% of the test pairs); its training segments have
 random lengths over that same span (7 on average, at most 12), so selection
 sees what inference scores. The bi-encoder variants (`cpu_bi`, `runlocal`)
-embed every ~32-token window of whole sentences of every document (each
-about once per model, so the whole document costs little) and their
+embed every window of whole sentences (40 title + body tokens) of every
+document (each about once per model, so the whole document costs little) and their
 training segments cover the whole document too.
 
 The SQuAD JSON comes from `data.squad_json`, $BEST_JAX_SQUAD_JSON or
@@ -134,13 +134,14 @@ def _bi(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   """The bi-encoder family: all-MiniLM-L6-v2 as sentence-transformers
   uses it (mean pooling, 20·cosine), softmax cross-entropy over the
   group's BM25 negative and the batch's other segments (but those of the
-  query's own positive document). Windows of whole sentences of up to 32
-  body tokens (`max_len` 67 less the 24-token query room and 8-token title;
-  a sentence longer than that is cut), all of them scored; training draws
-  lengths of 16-32 tokens over the whole document (`k_train` holds the
-  longest document's). The window was chosen on the 1,800 dev questions with
-  `runlocal` (BeST-1 + BM25 dev MRR@10: 125 tokens 0.9213, 48 0.9311, 32
-  0.9368, 24 0.9346; README): a mean-pooled embedding of a longer window
+  query's own positive document). Windows of whole sentences filling
+  `content_len` = max_len - 3 - max_query_len = 40 tokens of title and body
+  (32-39 body tokens for SQuAD's 1-8-token titles; a longer sentence is
+  cut), all of them scored; training draws lengths from 16 tokens up over
+  the whole document (`k_train` holds the longest document's segments). The
+  window was chosen on the 1,800 dev questions with `runlocal` (BeST-1 +
+  BM25 dev MRR@10 at content_len 133 / 56 / 40 / 32: 0.9213 / 0.9311 /
+  0.9368 / 0.9346; README): a mean-pooled embedding of a longer window
   dilutes the sentence a question is about. BeST's θ⁽⁰⁾ is the pretrained
   model, which already ranks, so iteration 1 trains on its picks."""
   config.ranker.kind = "bi"

@@ -128,4 +128,4 @@ def test_the_train_command_imports_without_starting_jax():
           "import best_jax.experiment.command, best_jax.experiment.aot\n"
           "assert not xb._backends, 'a JAX backend started at import'\n")
   subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True,
-                 env=_env(8, "/tmp"), timeout=300)
+                 env=_env(8), timeout=300)

@@ -69,7 +69,7 @@ def fingerprint(config: ml_collections.ConfigDict, regime: str
 
 # Settings added after work directories were recorded, with the value that
 # such a directory was trained with.
-_ADDED = {"best.theta0": "joint"}
+_ADDED = {"best.theta0": "joint", "segments.unit": "window"}
 
 
 def stale_keys(recorded: dict[str, Any], current: dict[str, Any]
