@@ -30,6 +30,7 @@ def pytest_sessionfinish(session):  # pylint: disable=unused-argument
   if _OWNS_JIT_CACHE:  # the controller (or the only process without xdist)
     shutil.rmtree(JIT_CACHE, ignore_errors=True)
 
+
 SHARED_DATA = os.environ.get(
     "BEST_JAX_DATA",
     os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data"))

@@ -44,3 +44,5 @@ def test_fuse_refuses_a_completed_list():
     fusion.fuse(inputs, "M", model, completed)
   with pytest.raises(ValueError, match="reranked candidates"):
     fusion.fuse(inputs, "M", completed, model)
+  with pytest.raises(ValueError, match="queries without reranked"):
+    fusion.fuse(inputs, "M", model, dict(model, q3={"a": 1.0}))

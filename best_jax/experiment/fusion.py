@@ -38,7 +38,12 @@ def _check_reranked(inputs: Inputs, split: str, name: str,
   candidates: min-max normalisation over a completed list (ranks k+1…
   with placeholder scores) would fuse a different function than the one α
   was chosen for."""
-  for qid, docids in inputs.candidates[split].items():
+  candidates = inputs.candidates[split]
+  extra = sorted(set(run) - set(candidates))
+  if extra:
+    raise ValueError(f"{name}: the {split} run has {len(extra)} queries "
+                     f"without reranked candidates, e.g. {extra[0]!r}")
+  for qid, docids in candidates.items():
     if set(run.get(qid, ())) != set(docids):
       raise ValueError(
           f"{name}: the {split} run of query {qid!r} must hold exactly its "
