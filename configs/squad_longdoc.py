@@ -97,7 +97,9 @@ def _full() -> ml_collections.ConfigDict:
   config.train = ml_collections.ConfigDict(dict(
       loss="pairwise_hinge", batch_size=32, group_size=2, negatives_depth=100,
       num_steps=4000, accumulation_steps=1, in_batch_negatives=False,
-      log_every=50, eval_every=500, patience=3, checkpoint_every=500,
+      # True: gradients added in one fixed order, the same bits on any
+      # process layout of the same devices (see configs/tiny_cpu.py).
+      fixed_order_reduction=False, log_every=50, eval_every=500, patience=3, checkpoint_every=500,
       max_to_keep=1))
   config.regimes = ("firstp", "maxp", "maxp_all", "goldp", "best")
   config.goldp = ml_collections.ConfigDict(dict(negatives="random"))

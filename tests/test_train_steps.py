@@ -221,6 +221,51 @@ def test_gradient_accumulation_sums_exactly_in_float64(loss_name):
         np.testing.assert_allclose(b, a, rtol=1e-12, atol=1e-15)
 
 
+@pytest.mark.parametrize("accumulation_steps", [1, 2])
+def test_fixed_order_reduction_adds_the_shards_without_an_all_reduce(
+    accumulation_steps):
+  """`fixed_order`: the 8 data shards' float64 gradients, each computed
+  alone, added in shard order; the compiled step holds no all-reduce (whose
+  order would depend on how the devices are spread over processes)."""
+  batch = _masked_batch()
+  batch = {k: np.concatenate([v, v[::-1]]) for k, v in batch.items()}  # 16
+  mesh = sharding.make_mesh((8, 1), ("data", "model"), jax.devices()[:8])
+  batch_sharding = jax.NamedSharding(mesh, jax.P("data"))
+  with jax.enable_x64(True):
+    graphdef, params = state_lib.split_params(BagOfWordsScorer(
+        rngs=nnx.Rngs(0)))
+    loss_fn = losses.get_loss("softmax_cross_entropy")
+
+    def sums_fn(params, micro, key):
+      del key
+      model = nnx.merge(graphdef, params)
+      return (steps.group_loss_sum(model, micro, loss_fn, None),), None
+
+    def gradients(params, batch, fixed_order=True, sharding=batch_sharding):
+      return steps.loss_and_gradients(
+          sums_fn, params, batch, jax.random.key(0), accumulation_steps,
+          sharding, fixed_order)
+    with jax.set_mesh(mesh):
+      placed = jax.device_put(batch, batch_sharding)
+      step = jax.jit(gradients)
+      ((total, count),), grads, _ = step(params, placed)
+      compiled = step.lower(params, placed).compile().as_text()
+    assert "all-reduce" not in compiled and "all-to-all" in compiled
+    want_total, want_count, want = 0.0, 0.0, None
+    for shard in range(8):  # Shard d: examples [2d, 2d + 2).
+      part = {k: v[2 * shard:2 * shard + 2] for k, v in batch.items()}
+      ((shard_total, shard_count),), shard_grads, _ = jax.jit(
+          gradients, static_argnums=(2, 3))(params, part, False, None)
+      want_total += shard_total
+      want_count += shard_count
+      want = shard_grads if want is None else jax.tree.map(
+          lambda a, b: a + b, want, shard_grads)
+  assert count == want_count == 14  # 2 × (8 − padding)
+  np.testing.assert_allclose(total, want_total, rtol=1e-12)
+  for a, b in zip(jax.tree.leaves(want), jax.tree.leaves(grads)):
+    np.testing.assert_allclose(b, a, rtol=1e-12, atol=1e-15)
+
+
 def test_gradient_accumulation_equals_one_large_batch():
   """The jitted float32 train step: k = 4 micro-batches vs one batch."""
   batch = _masked_batch()

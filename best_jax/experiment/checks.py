@@ -69,7 +69,8 @@ def fingerprint(config: ml_collections.ConfigDict, regime: str
 
 # Settings added after work directories were recorded, with the value that
 # such a directory was trained with.
-_ADDED = {"best.theta0": "joint", "segments.unit": "window"}
+_ADDED = {"best.theta0": "joint", "segments.unit": "window",
+          "train.fixed_order_reduction": False}
 
 
 def stale_keys(recorded: dict[str, Any], current: dict[str, Any]

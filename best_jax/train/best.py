@@ -67,7 +67,8 @@ def joint_train_step(states: tuple[TrainState, TrainState],
                      schedule: optax.Schedule, loss_fn: losses_lib.LossFn,
                      pairing: str = "same", select_with_dropout: bool = False,
                      accumulation_steps: int = 1,
-                     batch_sharding: jax.NamedSharding | None = None
+                     batch_sharding: jax.NamedSharding | None = None,
+                     fixed_order: bool = False
                      ) -> tuple[tuple[TrainState, TrainState],
                                 dict[str, jax.Array]]:
   """BeST iteration 1: updates θ⁽⁰⁾ (Eq.3) and θ⁽¹⁾ (Eq.2) in one step.
@@ -78,8 +79,8 @@ def joint_train_step(states: tuple[TrainState, TrainState],
     batch: `input_ids`, `attention_mask`, `token_type_ids` `[B, G, S, L]`,
       `labels` `[B, G]` (positive first), `mask` `[B, G, S]` (real segments),
       `example_mask` `[B]`.
-    graphdef, tx, schedule, loss_fn, accumulation_steps, batch_sharding: as
-      in `steps.train_step` (both models share the architecture and the
+    graphdef, tx, schedule, loss_fn, accumulation_steps, batch_sharding,
+      fixed_order: as in `steps.train_step` (both models share the architecture and the
       optimizer; micro-batches split the examples as there).
     pairing: Eq.3's negative segment: `same` index or a `random` valid one.
     select_with_dropout: select with θ⁽⁰⁾'s training forward pass (cheaper)
@@ -127,7 +128,7 @@ def joint_train_step(states: tuple[TrainState, TrainState],
   ((total0, count0), (total1, count1)), (grads0, grads1), selected = (
       steps_lib.loss_and_gradients(sums_fn, (state0.params, state1.params),
                                    batch, key, accumulation_steps,
-                                   batch_sharding))
+                                   batch_sharding, fixed_order))
   loss0 = total0 / jnp.maximum(count0, 1.0)
   loss1 = total1 / jnp.maximum(count1, 1.0)
   grads0 = jax.tree.map(lambda g: g / jnp.maximum(count0, 1.0), grads0)
@@ -152,7 +153,8 @@ def build_joint_step(trainer, loss_name: str, pairing: str = "same",
       schedule=trainer.schedule, loss_fn=losses_lib.get_loss(loss_name),
       pairing=pairing, select_with_dropout=select_with_dropout,
       accumulation_steps=accumulation_steps,
-      batch_sharding=trainer.batch_sharding)
+      batch_sharding=trainer.batch_sharding,
+      fixed_order=trainer.fixed_order_reduction)
   shardings = (trainer.state_shardings, trainer.state_shardings)
   replicated = jax.NamedSharding(trainer.mesh, jax.P())
   with jax.set_mesh(trainer.mesh):

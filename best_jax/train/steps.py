@@ -23,6 +23,7 @@ one and BeST's joint iteration-1 step (`train.best`).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any, Mapping
 
@@ -142,31 +143,87 @@ def _value_and_grad(sums_fn: SumsFn, params: Any, batch: Batch,
   return sums, jax.tree.map(lambda g: g.astype(_accumulator(g)), grads), aux
 
 
+def _fixed_order_sum(x_d: jax.Array, sharding: jax.NamedSharding
+                     ) -> jax.Array:
+  """The sum over the leading shard axis `[D, ...]` (sharded like a batch),
+  in one fixed order: an all-to-all gives each device 1/D of every shard's
+  values, it adds them locally, and an all-gather reassembles the total.
+  Only the local add does arithmetic, so the result is the same bits
+  however the D devices are spread over processes (an all-reduce's order is
+  not). Memory and traffic are those of a reduce-scatter + all-gather."""
+  mesh, axis = sharding.mesh, sharding.spec[0]
+  shards, shape = x_d.shape[0], x_d.shape[1:]
+  flat = x_d.reshape(shards, -1)
+  size = flat.shape[1]
+  flat = jnp.pad(flat, ((0, 0), (0, -size % shards)))
+  flat = jax.lax.with_sharding_constraint(
+      flat, jax.NamedSharding(mesh, jax.P(axis, None)))
+  flat = jax.lax.with_sharding_constraint(
+      flat, jax.NamedSharding(mesh, jax.P(None, axis)))
+  total = jax.lax.with_sharding_constraint(
+      jnp.sum(flat, axis=0), jax.NamedSharding(mesh, jax.P()))
+  return total[:size].reshape(shape)
+
+
+def _value_and_grad_by_shard(sums_fn: SumsFn, params: Any, batch: Batch,
+                             key: jax.Array, sharding: jax.NamedSharding):
+  """`_value_and_grad` on each data shard (shard d: the d-th block of
+  examples, dropout key `fold_in(key, d)`), the shards' sums and gradients
+  then added by `_fixed_order_sum`."""
+  mesh, axis = sharding.mesh, sharding.spec[0]
+  shards = 1 if axis is None else math.prod(
+      mesh.shape[a] for a in (axis if isinstance(axis, tuple) else (axis,)))
+
+  def split(array):
+    array = array.reshape((shards, array.shape[0] // shards)
+                          + array.shape[1:])
+    return jax.lax.with_sharding_constraint(
+        array, jax.NamedSharding(mesh, jax.P(axis)))
+  keys = jax.vmap(lambda d: jax.random.fold_in(key, d))(jnp.arange(shards))
+  sums, grads, aux = jax.vmap(
+      lambda b, k: _value_and_grad(sums_fn, params, b, k))(
+          jax.tree.map(split, batch), keys)
+  add = lambda x: _fixed_order_sum(x, sharding)  # pylint: disable=unnecessary-lambda-assignment
+  return (jax.tree.map(add, sums), jax.tree.map(add, grads),
+          jax.tree.map(lambda a: a.reshape((-1,) + a.shape[2:]), aux))
+
+
 def loss_and_gradients(sums_fn: SumsFn, params: Any, batch: Batch,
                        key: jax.Array, accumulation_steps: int = 1,
-                       batch_sharding: jax.NamedSharding | None = None):
+                       batch_sharding: jax.NamedSharding | None = None,
+                       fixed_order: bool = False):
   """(sums, gradient of the summed loss sums, aux), at least float32.
 
   `sums_fn` returns `((loss sum, count), ...)` (one pair per loss) and a
   per-example aux output. With `accumulation_steps` k > 1 the batch is split
   into k micro-batches (dropout key `fold_in(key, j)` for micro-batch j) whose
-  sums and gradients are added: the same quantities as one pass.
+  sums and gradients are added: the same quantities as one pass. With
+  `fixed_order` (`train.fixed_order_reduction`) the data shards' sums and
+  gradients are added in one fixed order (`_fixed_order_sum`), so a run
+  gives the same bits on 1 process × 8 devices as on 2 × 4; each shard then
+  draws its own dropout (the results depend on the number of data shards)
+  and in-batch negatives stay within a shard.
   """
-  if accumulation_steps == 1:
+  def value_and_grad(batch, key):
+    if fixed_order and batch_sharding is not None:
+      return _value_and_grad_by_shard(sums_fn, params, batch, key,
+                                      batch_sharding)
     return _value_and_grad(sums_fn, params, batch, key)
+
+  if accumulation_steps == 1:
+    return value_and_grad(batch, key)
   micro = micro_batches(batch, accumulation_steps, batch_sharding)
 
   def accumulate(carry, x):
     index, micro_batch = x
-    sums, grads, aux = _value_and_grad(sums_fn, params, micro_batch,
-                                       jax.random.fold_in(key, index))
+    sums, grads, aux = value_and_grad(micro_batch,
+                                      jax.random.fold_in(key, index))
     carry = jax.tree.map(lambda a, b: a + b.astype(a.dtype), carry,
                          (sums, grads))
     return carry, aux
 
   first = jax.tree.map(lambda a: a[0], micro)
-  shapes = jax.eval_shape(lambda: _value_and_grad(sums_fn, params, first,
-                                                  key)[:2])
+  shapes = jax.eval_shape(lambda: value_and_grad(first, key)[:2])
   init = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
   (sums, grads), aux = jax.lax.scan(
       accumulate, init, (jnp.arange(accumulation_steps), micro))
@@ -203,7 +260,7 @@ def train_step(state: TrainState, batch: Batch, *, graphdef: nnx.GraphDef,
                tx: optax.GradientTransformation, schedule: optax.Schedule,
                loss_fn: losses_lib.LossFn, accumulation_steps: int = 1,
                batch_sharding: jax.NamedSharding | None = None,
-               in_batch_negatives: bool = False,
+               in_batch_negatives: bool = False, fixed_order: bool = False,
                ) -> tuple[TrainState, dict[str, jax.Array]]:
   """One optimizer update; returns the new state and scalar metrics.
 
@@ -219,7 +276,7 @@ def train_step(state: TrainState, batch: Batch, *, graphdef: nnx.GraphDef,
   step_key = jax.random.fold_in(state.root_key(), state.step)
   ((total, count),), grads, _ = loss_and_gradients(
       sums_fn, state.params, batch, step_key, accumulation_steps,
-      batch_sharding)
+      batch_sharding, fixed_order)
   denominator = jnp.maximum(count, 1.0)
   loss = total / denominator
   grads = jax.tree.map(lambda g: g / denominator, grads)

@@ -11,7 +11,8 @@
 Scoring with the same model: `best_jax.select.selection.SegmentScorer`.
 
 `config` needs `mesh`, `logical_axis_rules`, `optimizer` and `train.loss`
-(`train.accumulation_steps` optional); see configs/tiny_cpu.py.
+(`train.accumulation_steps` and `train.fixed_order_reduction` optional); see
+configs/tiny_cpu.py.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ class Trainer:
   state_shardings: TrainState
   batch_sharding: jax.NamedSharding
   batch_multiple: int          # Global batch sizes must be multiples of it.
+  fixed_order_reduction: bool  # `steps.loss_and_gradients(fixed_order=…)`
   param_shardings: Any         # NamedShardings, shaped like the params.
   init: Callable[[int], TrainState]
   train_step: Callable[..., tuple[TrainState, dict[str, jax.Array]]]
@@ -82,6 +84,7 @@ def build_trainer(model_fn: state_lib.ModelFn,
   tx, schedule = optimizer_lib.make_optimizer(config.optimizer)
   loss_fn = losses_lib.get_loss(config.train.loss)
   accumulation_steps = config.train.get("accumulation_steps", 1)
+  fixed_order_reduction = config.train.get("fixed_order_reduction", False)
 
   graphdef, abstract_params = state_lib.abstract_params(model_fn)
   param_shardings = sharding_lib.param_shardings(abstract_params, mesh, rules)
@@ -109,7 +112,8 @@ def build_trainer(model_fn: state_lib.ModelFn,
       steps_lib.train_step, graphdef=graphdef, tx=tx, schedule=schedule,
       loss_fn=loss_fn, accumulation_steps=accumulation_steps,
       batch_sharding=batch_sharding,
-      in_batch_negatives=config.train.get("in_batch_negatives", False))
+      in_batch_negatives=config.train.get("in_batch_negatives", False),
+      fixed_order=fixed_order_reduction)
   metrics_shardings = replicated
 
   with jax.set_mesh(mesh):
@@ -126,6 +130,7 @@ def build_trainer(model_fn: state_lib.ModelFn,
       abstract_state=abstract_state, state_shardings=shardings,
       batch_sharding=batch_sharding,
       batch_multiple=sharding_lib.batch_multiple(mesh, rules),
+      fixed_order_reduction=fixed_order_reduction,
       param_shardings=param_shardings,
       init=_under_mesh(mesh, jitted_init),
       train_step=_under_mesh(mesh, jitted_train),
