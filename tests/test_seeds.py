@@ -7,6 +7,7 @@ import pytest
 from scipy import stats
 
 from best_jax.cli import main
+from best_jax.evaluate import seeds
 
 
 def _workdir(tmp_path, seed, runs, queries=("q1", "q2", "q3", "q4")):
@@ -68,3 +69,30 @@ def test_seeds_refuses_different_test_queries(tmp_path, capsys):
   (tmp_path / "bad" / "metrics.json").write_text("{}")
   assert main(["seeds", a, str(tmp_path / "bad")]) == 2
   assert "not the metrics.json" in capsys.readouterr().err
+
+
+def test_seeds_plot_dev_curves_over_seeds(tmp_path):
+  """Dev MRR@10 per model and aggregation at the steps every seed
+  evaluated, against training groups; mean and std over the seeds."""
+  workdirs = []
+  for seed, (a, b) in enumerate([(0.5, 0.7), (0.6, 0.9), (0.7, 0.8)]):
+    workdir = _workdir(tmp_path, seed, {"BM25": [1.0, 0.5, 0.5, 0.25]})
+    path = f"{workdir}/metrics.json"
+    metrics = json.loads(open(path).read())
+    metrics.update(config={"train": {"batch_size": 16}},
+                   dev_mrr={"Zero-shot bi-encoder": 0.6 + seed / 100},
+                   histories={"MaxP": [
+                       {"step": 10, "loss": 1.0},
+                       {"step": 20, "dev_mrr_first": a, "dev_mrr_max": b},
+                       {"step": 40, "dev_mrr_max": b + 0.05}]
+                       + ([{"step": 60, "dev_mrr_max": 1.0}] if seed else [])})
+    open(path, "w").write(json.dumps(metrics))
+    workdirs.append(workdir)
+  curves = seeds.dev_curves([seeds._metrics(w) for w in workdirs])
+  assert set(curves) == {"MaxP (first)", "MaxP (max)"}
+  assert curves["MaxP (max)"]["groups"] == [320, 640]  # step 60: one seed short
+  np.testing.assert_allclose(curves["MaxP (max)"]["mean"], [0.8, 0.85])
+  np.testing.assert_allclose(curves["MaxP (first)"]["std"], [0.1])
+  plot = tmp_path / "curves.png"
+  assert main(["seeds", *workdirs, "--plot", str(plot)]) == 0
+  assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

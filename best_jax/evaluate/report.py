@@ -183,6 +183,34 @@ def plot_learning_curves(histories: Mapping[str, Sequence[Mapping]],
   plt.close(fig)
 
 
+def plot_curves(curves: Mapping[str, Mapping[str, Sequence[float]]],
+                path: str, *, title: str = "",
+                references: Mapping[str, float] | None = None) -> None:
+  """Dev MRR@10 against training groups: one line per curve
+  (`{"groups", "mean", "std"}`, e.g. `seeds.dev_curves`) with a ± std band;
+  `references` as dashed horizontal lines."""
+  fig, ax = plt.subplots(figsize=(6.4, 3.8))
+  for label, curve in curves.items():
+    x = np.asarray(curve["groups"])
+    mean, std = np.asarray(curve["mean"]), np.asarray(curve["std"])
+    [line] = ax.plot(x, mean, marker="o", label=label)
+    ax.fill_between(x, mean - std, mean + std, color=line.get_color(),
+                    alpha=0.2, linewidth=0)
+  for name, value in (references or {}).items():
+    ax.axhline(value, linestyle="--", color="gray", linewidth=1)
+    ax.annotate(name, (0, value), fontsize=7, color="gray",
+                xycoords=("axes fraction", "data"), va="bottom")
+  ax.set_xlabel("training groups")
+  ax.set_ylabel("dev MRR@10")
+  ax.set_title(title, fontsize=9)
+  if ax.lines:
+    ax.legend(fontsize=7)
+  fig.tight_layout()
+  with atomic_write(path, "wb") as f:
+    fig.savefig(f, format="png", dpi=100)
+  plt.close(fig)
+
+
 def write_report(metrics: Mapping[str, Any], workdir: str) -> str:
   """Writes results.md and the plots; returns the tables as text."""
   text = table1(metrics) + "\n\n" + table2(metrics) + "\n"

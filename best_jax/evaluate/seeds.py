@@ -1,7 +1,7 @@
 """`best_jax seeds`: one experiment's runs summarised over seeds.
 
   python -m best_jax seeds W_SEED0 W_SEED1 W_SEED2 [--against "BM25 + peer"]
-      [--out seeds.md] [--json]
+      [--out seeds.md] [--json] [--plot curves.png]
 
 Reads each work directory's metrics.json (`best_jax train` with
 `--config.seed=N`; the same test queries in every one) and writes one table:
@@ -9,7 +9,9 @@ per run, MRR@10 and NDCG@10 as mean ± standard deviation over the seeds
 (ddof 1), segment P@1 (answer) likewise, and paired t-tests of the per-query
 MRR@10 averaged over the seeds against BM25 and each `--against` run. Runs
 missing from a work directory are left out (a line says so); work
-directories whose test queries differ are an error.
+directories whose test queries differ are an error. `--plot` draws each
+model's dev MRR@10 against the training groups it has seen (mean over the
+seeds, a band of ± one std), with the zero-shot models' dev MRR@10.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import numpy as np
 
 from best_jax.data.files import atomic_write, read_text
 from best_jax.errors import InputError
+from best_jax.evaluate.report import plot_curves
 from best_jax.evaluate.significance import paired_p_values
 
 METRICS = (("recip_rank_cut_10", "MRR@10"), ("ndcg_cut_10", "NDCG@10"))
@@ -39,6 +42,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
   parser.add_argument("--out", default=None, help="also write the table here")
   parser.add_argument("--json", action="store_true",
                       help="print one JSON object instead of the table")
+  parser.add_argument("--plot", default=None, metavar="PNG",
+                      help="also draw the dev learning curves over the seeds")
 
 
 def _metrics(workdir: str) -> dict:
@@ -99,6 +104,34 @@ def summarise(metrics: Sequence[dict], against: Sequence[str]) -> dict:
                       for n in names if n not in complete}}
 
 
+def dev_curves(metrics: Sequence[dict]) -> dict[str, dict[str, list]]:
+  """`{"MODEL (aggregation)": {"groups", "mean", "std"}}`: each model's dev
+  MRR@10 at the steps every work directory evaluated, against training
+  groups (step × `train.batch_size`), mean and std over the seeds."""
+  curves = {}
+  names = dict.fromkeys(n for m in metrics for n in m.get("histories", {}))
+  for name in names:
+    histories = [m.get("histories", {}).get(name, []) for m in metrics]
+    keys = sorted({k for h in histories for e in h for k in e
+                   if k.startswith("dev_mrr_")})
+    for key in keys:
+      by_seed = [{e["step"]: e[key] for e in h if key in e}
+                 for h in histories]
+      steps = sorted(set.intersection(*(set(s) for s in by_seed)))
+      if not steps:
+        continue
+      values = np.array([[s[t] for t in steps] for s in by_seed])
+      batch = metrics[0].get("config", {}).get("train", {}).get(
+          "batch_size", 1)
+      std = (values.std(axis=0, ddof=1) if len(values) > 1
+             else np.zeros(len(steps)))
+      curves[f"{name} ({key.removeprefix('dev_mrr_')})"] = {
+          "groups": [t * batch for t in steps],
+          "mean": values.mean(axis=0).tolist(),
+          "std": std.tolist()}
+  return curves
+
+
 def _std(values: Sequence[float]) -> float:
   return float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
 
@@ -142,5 +175,13 @@ def main(args: argparse.Namespace) -> int:
   if args.out:
     with atomic_write(args.out) as f:
       f.write(text)
+  if args.plot:
+    zero_shot = {n for m in metrics for n in m.get("dev_mrr", {})
+                 if n.startswith("Zero-shot")}
+    plot_curves(dev_curves(metrics), args.plot,
+                title=f"dev MRR@10 over {len(metrics)} seeds (mean ± std)",
+                references={n: float(np.mean([m["dev_mrr"][n] for m in metrics
+                                              if n in m.get("dev_mrr", {})]))
+                            for n in sorted(zero_shot)})
   sys.stdout.write(text)
   return 0
