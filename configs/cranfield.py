@@ -27,6 +27,9 @@ from best_jax.train.sharding import STANDARD_LOGICAL_AXIS_RULES
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   """`arg`: None, or "runlocal" for a few CPU minutes."""
+  if arg not in (None, "", "runlocal"):
+    raise ValueError(f"unknown config argument {arg!r}: use :runlocal or "
+                     "none")
   runlocal = arg == "runlocal"
   data_dir = os.environ.get("BEST_JAX_DATA", os.path.join(
       os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared",

@@ -29,6 +29,9 @@ from best_jax.train.sharding import STANDARD_LOGICAL_AXIS_RULES
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   """`arg`: one test fold (s1 to s5); none runs all five and pools them."""
+  if arg not in (None, "", "s1", "s2", "s3", "s4", "s5"):
+    raise ValueError(f"unknown config argument {arg!r}: use a test fold "
+                     "(:s1 to :s5) or none")
   data_dir = os.environ.get("BEST_JAX_DATA", os.path.join(
       os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared",
       "data"))

@@ -30,7 +30,10 @@ from best_jax.train.sharding import STANDARD_LOGICAL_AXIS_RULES
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-  del arg
+  """The TREC DL 2019 documents configuration; it takes no argument."""
+  if arg:
+    raise ValueError(f"unknown config argument {arg!r}: trec_dl19 takes "
+                     "none")
   data_dir = os.environ.get("BEST_JAX_DATA", os.path.join(
       os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared",
       "data"))

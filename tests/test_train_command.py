@@ -160,10 +160,14 @@ def test_bad_input_stops_before_anything_is_written(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and message in err, err
     assert not workdir.exists()
-  assert cli.main(["train", "--config", "configs/tiny_cpu.py:bogus",
-                   "--workdir", str(workdir)]) == 2
-  assert "unknown config argument 'bogus'" in capsys.readouterr().err
-  assert not workdir.exists()
+  for config in ("tiny_cpu.py:bogus", "squad_longdoc.py:bogus",
+                 "qds_squad_longdoc.py:bogus", "cranfield.py:bogus",
+                 "trec_dl19.py:bogus", "robust04_title.py:bogus",
+                 "robust04_desc.py:s9"):
+    assert cli.main(["train", "--config", f"configs/{config}",
+                     "--workdir", str(workdir)]) == 2, config
+    assert "unknown config argument" in capsys.readouterr().err, config
+    assert not workdir.exists()
 
 
 def test_stale_work_is_never_resumed(tmp_path, capsys):

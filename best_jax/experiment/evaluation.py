@@ -130,6 +130,8 @@ def test_scores(workdir: Workdir, inputs: Inputs, scorer: SegmentScorer,
   workdir.log_process(f"test ({name}): built {scorer.built[0]} of "
                       f"{scorer.built[1]} rows")
   if workdir.writes:
+    if not whole_documents:  # Spans of every test document, in batches.
+      inputs.eval_segments.prepare([docid for _, docid in scores])
     records = []
     for (qid, docid), values in scores.items():
       spans = ([[0, len(inputs.documents[docid][1])]] if whole_documents
