@@ -179,7 +179,8 @@ def main(args: argparse.Namespace) -> int:
     zero_shot = {n for m in metrics for n in m.get("dev_mrr", {})
                  if n.startswith("Zero-shot")}
     plot_curves(dev_curves(metrics), args.plot,
-                title=f"dev MRR@10 over {len(metrics)} seeds (mean ± std)",
+                title=(f"dev MRR@10 over {len(metrics)} seeds (mean ± std)"
+                       if len(metrics) > 1 else "dev MRR@10 (one seed)"),
                 references={n: float(np.mean([m["dev_mrr"][n] for m in metrics
                                               if n in m.get("dev_mrr", {})]))
                             for n in sorted(zero_shot)})
