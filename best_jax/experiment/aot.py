@@ -62,7 +62,10 @@ from best_jax.train import chips as chips_lib
 from best_jax.train import sharding as sharding_lib
 from best_jax.train.trainer import Trainer, build_trainer
 
-# Pairs of the scoring buffer `[pairs, segments]` in the report.
+# Pairs of the scoring buffer `[pairs, segments]` in the report; a
+# bi-encoder's buffer holds this many segment embeddings `[n, hidden]` (its
+# documents have as many segments as they need, so no per-document bound
+# applies; the buffer grows linearly with the segments embedded).
 SCORED_PAIRS = 1024
 _ADVICE = ("use a smaller batch or length, gradient accumulation "
            "(train.accumulation_steps), fewer rows per scoring call "
@@ -223,7 +226,7 @@ def _steps(config: ml_collections.ConfigDict, trainer: Trainer, *,
     name, jitted = "embed_step", build_embed_into(trainer)
     hidden = trainer.abstract_params()["encoder"]["embeddings"]["word"][
         "embedding"].shape[-1]
-    buffer = jax.ShapeDtypeStruct((SCORED_PAIRS * segments, hidden),
+    buffer = jax.ShapeDtypeStruct((SCORED_PAIRS, hidden),
                                   jnp.float32, sharding=replicated)
   else:
     name, jitted = f"{prefix}score_step", build_score_into(trainer)
