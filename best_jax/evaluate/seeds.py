@@ -149,9 +149,10 @@ def _p(value: float | None) -> str:
 def render(summary: dict, against: Sequence[str]) -> str:
   header = ["run", "MRR@10", "NDCG@10", "segment P@1"] + [
       f"p vs {b} (MRR@10)" for b in against]
-  lines = [f"{summary['seeds']} seeds, {summary['queries']} test queries "
-           "(mean ± std over seeds; paired t-tests on per-query MRR@10 "
-           "averaged over the seeds)",
+  seeds = summary["seeds"]
+  lines = [f"{seeds} seed{'s' * (seeds != 1)}, {summary['queries']} test "
+           "queries (mean ± std over seeds; paired t-tests on per-query "
+           "MRR@10 averaged over the seeds)",
            "| " + " | ".join(header) + " |",
            "|" + " --- |" * len(header)]
   for name, row in summary["runs"].items():
