@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from best_jax import cli
 from best_jax.errors import InputError
+from best_jax.experiment.inputs import SegmentCache
 from best_jax.segments import (SegmenterConfig, Segmenter, SpecialTokens,
                                pack_inputs, plan_segments)
 
@@ -430,3 +431,17 @@ def test_segment_command(tmp_path, capsys):
   assert "segments per document" in capsys.readouterr().out
   assert cli.main(["segment", "--corpus", str(corpus), "--max-len", "5"]) == 2
   assert "no room" in capsys.readouterr().err
+
+
+def test_segment_cache_keeps_the_most_recent_documents():
+  documents = {d: ("", f"{d} {TEXT}") for d in "abcd"}
+  cache = SegmentCache(_segmenter(), documents, training=False, capacity=2)
+  cache.prepare(["a"])
+  cache.prepare(["b"])
+  cache.prepare(["a"])  # a used again: b is now the oldest
+  cache.prepare(["c"])
+  assert sorted(cache._cache) == ["a", "c"]  # pylint: disable=protected-access
+  cache.prepare(["a", "b", "d"])  # one request keeps all of its documents
+  assert sorted(cache._cache) == ["a", "b", "d"]  # pylint: disable=protected-access
+  assert cache["b"].count == SegmentCache(
+      _segmenter(), documents, training=False)["b"].count

@@ -211,6 +211,40 @@ def test_bi_encoder_reranks_with_embeddings(tmp_path_factory, files):
   start, end = long_hit.span
   assert 0 <= start < end <= len(text)
   assert np.isfinite(reranker.score("apple river", text))
+  # The same docids name other texts in the next call: no stale embedding.
+  swapped = reranker.rerank("apple river", [("Title", "Zebra pirate."), text])
+  assert {h.index: h.score for h in swapped} == pytest.approx(
+      {1 - h.index: h.score for h in hits})
+
+  # Query groups share segmented and embedded documents within one call:
+  # each document is embedded once, and the scores do not depend on the
+  # grouping.
+  topics = {q: t.title for q, t in trec.read_topics(files["topics"]).items()}
+  first = trec.read_run(files["run"])
+  corpus = {json.loads(line)["id"]: json.loads(line)
+            for line in open(files["corpus"])}
+  candidates = {q: [d for d, _ in trec.ranked(first[q])[:3]] for q in topics}
+  documents = {d: (corpus[d]["title"], corpus[d]["text"])
+               for ds in candidates.values() for d in ds}
+  assert len(documents) < sum(map(len, candidates.values()))  # shared docs
+  embedded = []
+  original = reranker._segment_scorer._embed  # pylint: disable=protected-access
+
+  def counting(params, rows, count, desc):
+    if desc.endswith("(segments)"):
+      embedded.append(count)
+    return original(params, rows, count, desc)
+  reranker._segment_scorer._embed = counting  # pylint: disable=protected-access
+  one_by_one = reranker.rerank_run(topics, candidates, documents,
+                                   queries_per_call=1)
+  by_group = sum(embedded)
+  embedded.clear()
+  all_at_once = reranker.rerank_run(topics, candidates, documents)
+  assert by_group == sum(embedded) > 0  # each document embedded once
+  for qid, scored in all_at_once.items():
+    for docid, hit in scored.items():
+      assert one_by_one[qid][docid].segment_scores == pytest.approx(
+          hit.segment_scores, abs=1e-5)
 
 
 def test_readme_example_runs(exported, reranker, capsys, monkeypatch):

@@ -10,6 +10,7 @@ and in whatever order.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import zlib
 from collections.abc import Mapping, Sequence
@@ -70,18 +71,23 @@ class DocumentSegments:
 
 class SegmentCache:
   """Documents segmented when first needed, one way (`training`/`keep_all`
-  as in `Segmenter.segment_tokenized`), each document seeded by its docid."""
+  as in `Segmenter.segment_tokenized`), each document seeded by its docid.
+  With `capacity`, at most that many documents are kept (the least
+  recently used go first, never those of the current `prepare`)."""
 
   def __init__(self, segmenter: Segmenter,
                documents: Mapping[str, tuple[str, str]], *, training: bool,
-               seed: int = 0, keep_all: bool = False, name: str = "segment"):
+               seed: int = 0, keep_all: bool = False, name: str = "segment",
+               capacity: int | None = None):
     self.segmenter = segmenter
     self._documents = documents
     self._training = training
     self._seed = seed
     self._keep_all = keep_all
     self._name = name
-    self._cache: dict[str, DocumentSegments] = {}
+    self._capacity = capacity
+    self._cache: collections.OrderedDict[str, DocumentSegments] = (
+        collections.OrderedDict())
 
   @property
   def width(self) -> int | None:
@@ -96,7 +102,11 @@ class SegmentCache:
 
   def prepare(self, docids: Sequence[str], *, chunk: int = 32) -> None:
     """Segments every docid not segmented yet, with a progress bar."""
-    missing = [d for d in dict.fromkeys(docids) if d not in self._cache]
+    wanted = list(dict.fromkeys(docids))
+    for docid in wanted:
+      if docid in self._cache:
+        self._cache.move_to_end(docid)
+    missing = [d for d in wanted if d not in self._cache]
     if not missing:
       return
     with tqdm(total=len(missing), desc=self._name, unit="doc",
@@ -112,6 +122,9 @@ class SegmentCache:
               batch.tokens_dsl[i, :count], batch.mask_dsl[i, :count],
               batch.spans_ds2[i, :count])
         bar.update(len(part))
+    while self._capacity and len(self._cache) > max(self._capacity,
+                                                    len(wanted)):
+      self._cache.popitem(last=False)
 
   def __getitem__(self, docid: str) -> DocumentSegments:
     if docid not in self._cache:

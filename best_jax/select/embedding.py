@@ -257,6 +257,11 @@ class EmbeddingScorer:
                              zip(missing, offsets, new_counts)})
     return built
 
+  def clear(self) -> None:
+    """Forgets every kept embedding (e.g. when docids are reused for
+    other texts)."""
+    self._cache.clear()
+
   def _evict(self) -> None:
     """Drops the least recently used parameters' embeddings while more
     than `cache_rows` rows are kept."""

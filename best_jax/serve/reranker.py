@@ -25,7 +25,8 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from best_jax.experiment.inputs import QueryStore, SegmentCache
-from best_jax.experiment.models import rows_per_call, trainer_config
+from best_jax.experiment.models import (EVAL_CACHE_ROWS, rows_per_call,
+                                       trainer_config)
 from best_jax.experiment.rows import BiRows, CrossRows
 from best_jax.rerank.aggregate import AGGREGATIONS, aggregate, best_segment
 from best_jax.segments.segmenter import Segmenter
@@ -39,6 +40,8 @@ from best_jax.train import sharding as sharding_lib
 from best_jax.train.trainer import build_trainer
 
 Document = str | tuple[str, str]  # a text, or (title, text)
+# Segmented documents kept between the query groups of one `rerank_run`.
+RUN_CACHE_DOCUMENTS = 4096
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,9 +113,12 @@ class Reranker:
     bi = model.kind == "bi"
     scorer = EmbeddingScorer if bi else SegmentScorer
     self._segments = _Current()
+    # A bi-encoder embeds each document once per `rerank_run`, whatever
+    # the number of query groups it appears in.
     self._segment_scorer = scorer(
         self.trainer, self._segments, rows_per_call=per_call,
-        buckets=segment_buckets(model.segments, model.kind))
+        buckets=segment_buckets(model.segments, model.kind),
+        **(dict(cache_rows=EVAL_CACHE_ROWS) if bi else {}))
     # Whole pairs: up to the model's positions (cross) or, as
     # sentence-transformers' max_seq_length, the training rows' length (bi).
     self.max_length = (model.segments.text_row_len if bi else min(
@@ -166,8 +172,11 @@ class Reranker:
     """Scores each query's candidates (docids of `documents`, whose values
     are (title, text)): `{qid: {docid: Scored}}`.
 
-    Queries go `queries_per_call` at a time, each group's documents
-    segmented for it alone, so memory stays bounded for any run.
+    Queries go `queries_per_call` at a time. Segmented documents (at most
+    `RUN_CACHE_DOCUMENTS`, least recently used dropped) and a bi-encoder's
+    segment embeddings (`EVAL_CACHE_ROWS`) are kept between the groups of
+    one call, so memory stays bounded for any run and a document shared by
+    many queries is segmented and embedded once.
     """
     aggregation = aggregation or self.aggregation
     if aggregation not in AGGREGATIONS:
@@ -175,21 +184,26 @@ class Reranker:
                        f"{AGGREGATIONS}")
     qids = [q for q in candidates if candidates[q]]
     out: dict[str, dict[str, Scored]] = {}
-    with tqdm(total=len(qids), desc="rerank", unit="query",
-              disable=len(qids) <= queries_per_call) as bar:
-      for start in range(0, len(qids), queries_per_call):
-        group = qids[start:start + queries_per_call]
-        out.update(self._rerank_group(topics, {q: candidates[q]
-                                               for q in group},
-                                      documents, aggregation))
-        bar.update(len(group))
+    cache = SegmentCache(self.segmenter, documents, training=False,
+                         capacity=RUN_CACHE_DOCUMENTS)
+    try:
+      with tqdm(total=len(qids), desc="rerank", unit="query",
+                disable=len(qids) <= queries_per_call) as bar:
+        for start in range(0, len(qids), queries_per_call):
+          group = qids[start:start + queries_per_call]
+          out.update(self._rerank_group(topics, {q: candidates[q]
+                                                 for q in group},
+                                        cache, aggregation))
+          bar.update(len(group))
+    finally:  # Docids name other texts in the next call (`rerank`).
+      if isinstance(self._segment_scorer, EmbeddingScorer):
+        self._segment_scorer.clear()
     return out
 
-  def _rerank_group(self, topics, candidates, documents, aggregation
-                    ) -> dict[str, dict[str, Scored]]:
+  def _rerank_group(self, topics, candidates, cache: SegmentCache,
+                    aggregation) -> dict[str, dict[str, Scored]]:
     queries = QueryStore.build(self.segmenter,
                                {q: topics[q] for q in candidates})
-    cache = SegmentCache(self.segmenter, documents, training=False)
     rows = BiRows if self.model.kind == "bi" else CrossRows
     self._segments.rows = rows(cache, queries, self.segmenter)
     pairs = [(q, d) for q, ds in candidates.items() for d in ds]
