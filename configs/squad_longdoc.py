@@ -44,8 +44,9 @@ The SQuAD JSON comes from `data.squad_json`, $BEST_JAX_SQUAD_JSON or
 get it when it is missing); `data.dir` holds the prepared files (default
 WORKDIR/data, prepared when absent).
 
-Measured figures: README, "The demo's result" (runlocal); `cpu` has not
-been run on the current config.
+Measured figures: README, "The demo's result" (runlocal), and "The
+cross-encoder family at the current config" (`cpu` with FirstP, MaxP and
+GoldP; its BeST has not been run on the current config).
 """
 
 import ml_collections
@@ -99,8 +100,8 @@ def _full() -> ml_collections.ConfigDict:
       num_steps=4000, accumulation_steps=1, in_batch_negatives=False,
       # True: gradients added in one fixed order, the same bits on any
       # process layout of the same devices (see configs/tiny_cpu.py).
-      fixed_order_reduction=False, log_every=50, eval_every=500, patience=3, checkpoint_every=500,
-      max_to_keep=1))
+      fixed_order_reduction=False, log_every=50, eval_every=500, patience=3,
+      checkpoint_every=500, max_to_keep=1))
   config.regimes = ("firstp", "maxp", "maxp_all", "goldp", "best")
   config.goldp = ml_collections.ConfigDict(dict(negatives="random"))
   config.best = ml_collections.ConfigDict(dict(

@@ -69,7 +69,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # Add the data shards' gradients in one fixed order (all-to-all, local
   # sum, all-gather), so 2 processes x 4 devices give the bits of 1 x 8 but
   # for XLA:CPU's per-process codegen; each shard draws its own dropout, so
-  # results depend on the number of data shards (`steps.loss_and_gradients`).
+  # results depend on the number of data shards (`steps.loss_and_gradients`;
+  # `train` refuses it with in-batch negatives or a model axis over 1).
   config.train.fixed_order_reduction = True
   config.train.eval_every = 5
   config.train.patience = 2

@@ -18,9 +18,10 @@ def results():
   """Per mesh: params after init and after 2 steps, metrics."""
   config = tiny_config()
   config.train.accumulation_steps = 2
-  # The all-reduce path (every config's default): its dropout bits are the
-  # global batch's. Fixed-order reduction draws per shard, so it depends on
-  # the number of shards (tests/test_train_steps.py checks its sums).
+  # The all-reduce path (the default; tiny_cpu turns fixed order on): its
+  # dropout bits are the global batch's. Fixed-order reduction draws per
+  # shard, so it depends on the number of shards
+  # (tests/test_train_steps.py checks its sums).
   config.train.fixed_order_reduction = False
   # Dropout on: its random bits must not depend on the sharding either.
   model_config = BertConfig.tiny(num_layers=1, hidden_dropout=0.1,

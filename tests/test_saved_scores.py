@@ -23,12 +23,19 @@ class _Scorer:
         p: np.array([total, total + 1.0]) for p in pairs})
 
 
+class _Segments(dict):
+  """A `SegmentCache` of segmented documents."""
+
+  def prepare(self, docids):
+    assert set(docids) <= set(self)
+
+
 def _inputs():
   segments = types.SimpleNamespace(spans_s2=np.array([[0, 5], [5, 11]]))
   return types.SimpleNamespace(
       pairs={"test": [("q1", "d1")]},
       documents={"d1": ("title", "hello world")},
-      eval_segments={"d1": segments})
+      eval_segments=_Segments(d1=segments))
 
 
 def test_rerun_reuses_scores_of_the_same_parameters(tmp_path):

@@ -155,7 +155,9 @@ def test_bad_input_stops_before_anything_is_written(tmp_path, capsys):
       (["--config.train.num_steps=0"], "num_steps=0 must be at least 1"),
       (["--config.train.batch_size=6"], "not a multiple of the 8"),
       (["--config.regimes=['firstp','nope']"], "unknown regime 'nope'"),
-      (["--config.ranker.kind=mono"], "ranker.kind='mono'")):
+      (["--config.ranker.kind=mono"], "ranker.kind='mono'"),
+      (["--config.train.in_batch_negatives=True"], "one data shard only"),
+      (["--config.mesh.shape=(4, 2)"], "devices all hold data shards")):
     assert cli.main(base + extra) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and message in err, err
@@ -295,6 +297,7 @@ def test_bi_encoder_family_trains_through_the_same_regimes(tmp_path):
   assert cli.main(["train", "--config", "configs/tiny_cpu.py", "--workdir",
                    workdir, "--config.ranker.kind=bi",
                    "--config.train.in_batch_negatives=True",
+                   "--config.train.fixed_order_reduction=False",
                    "--config.train.loss=softmax_cross_entropy",
                    "--config.regimes=['firstp','maxp','best']",
                    "--config.birch.enabled=False",
@@ -328,6 +331,7 @@ def test_best_can_start_from_the_pretrained_bi_encoder(tmp_path, capsys):
   1's segments (no joint step, no θ⁽⁰⁾ to train); a cross-encoder refuses."""
   workdir = str(tmp_path / "w")
   bi = ["--config.ranker.kind=bi", "--config.train.in_batch_negatives=True",
+        "--config.train.fixed_order_reduction=False",
         "--config.train.loss=softmax_cross_entropy",
         "--config.regimes=['best']", "--config.birch.enabled=False",
         "--config.best.theta0=pretrained"]

@@ -239,7 +239,9 @@ def test_fixed_order_reduction_adds_the_shards_without_an_all_reduce(
     def sums_fn(params, micro, key):
       del key
       model = nnx.merge(graphdef, params)
-      return (steps.group_loss_sum(model, micro, loss_fn, None),), None
+      # Per-example aux: must come back in the batch's example order.
+      return ((steps.group_loss_sum(model, micro, loss_fn, None),),
+              micro["input_ids"][:, 0, 0])
 
     def gradients(params, batch, fixed_order=True, sharding=batch_sharding):
       return steps.loss_and_gradients(
@@ -248,9 +250,12 @@ def test_fixed_order_reduction_adds_the_shards_without_an_all_reduce(
     with jax.set_mesh(mesh):
       placed = jax.device_put(batch, batch_sharding)
       step = jax.jit(gradients)
-      ((total, count),), grads, _ = step(params, placed)
+      ((total, count),), grads, aux = step(params, placed)
       compiled = step.lower(params, placed).compile().as_text()
-    assert "all-reduce" not in compiled and "all-to-all" in compiled
+    for reduction in ("all-reduce", "reduce-scatter"):
+      assert reduction not in compiled
+    assert "all-to-all" in compiled
+    np.testing.assert_array_equal(aux, batch["input_ids"][:, 0, 0])
     want_total, want_count, want = 0.0, 0.0, None
     for shard in range(8):  # Shard d: examples [2d, 2d + 2).
       part = {k: v[2 * shard:2 * shard + 2] for k, v in batch.items()}

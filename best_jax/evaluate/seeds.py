@@ -30,6 +30,9 @@ from best_jax.evaluate.report import plot_curves
 from best_jax.evaluate.significance import paired_p_values
 
 METRICS = (("recip_rank_cut_10", "MRR@10"), ("ndcg_cut_10", "NDCG@10"))
+# FirstP's model is evaluated twice: its first segment (FirstP) and the max
+# over segments (MaxP).
+AGGREGATED = {"first": "FirstP", "max": "MaxP"}
 TESTED = "recip_rank_cut_10"
 
 
@@ -125,7 +128,10 @@ def dev_curves(metrics: Sequence[dict]) -> dict[str, dict[str, list]]:
           "batch_size", 1)
       std = (values.std(axis=0, ddof=1) if len(values) > 1
              else np.zeros(len(steps)))
-      curves[f"{name} ({key.removeprefix('dev_mrr_')})"] = {
+      aggregation = key.removeprefix("dev_mrr_")
+      label = (AGGREGATED.get(aggregation, f"{name} ({aggregation})")
+               if name == "FirstP" else f"{name} ({aggregation})")
+      curves[label] = {
           "groups": [t * batch for t in steps],
           "mean": values.mean(axis=0).tolist(),
           "std": std.tolist()}

@@ -47,7 +47,7 @@ from best_jax.data.files import atomic_write
 from best_jax.data.pipeline import EXAMPLE_MASK, Feature
 from best_jax.errors import InputError
 from best_jax.experiment.examples import model_features
-from best_jax.experiment.models import trainer_config
+from best_jax.experiment.models import EVAL_CACHE_ROWS, trainer_config
 from best_jax.experiment.qds import qds_configs
 from best_jax.experiment.rows import row_features
 from best_jax.models import BertConfig, CrossEncoderRanker
@@ -62,10 +62,9 @@ from best_jax.train import chips as chips_lib
 from best_jax.train import sharding as sharding_lib
 from best_jax.train.trainer import Trainer, build_trainer
 
-# Pairs of the scoring buffer `[pairs, segments]` in the report; a
-# bi-encoder's buffer holds this many segment embeddings `[n, hidden]` (its
-# documents have as many segments as they need, so no per-document bound
-# applies; the buffer grows linearly with the segments embedded).
+# Pairs of the scoring buffer `[pairs, segments]` in the report. A
+# bi-encoder's buffer holds segment embeddings `[n, hidden]`: as many as its
+# inference scorer keeps on the devices (`EVAL_CACHE_ROWS`).
 SCORED_PAIRS = 1024
 _ADVICE = ("use a smaller batch or length, gradient accumulation "
            "(train.accumulation_steps), fewer rows per scoring call "
@@ -226,7 +225,7 @@ def _steps(config: ml_collections.ConfigDict, trainer: Trainer, *,
     name, jitted = "embed_step", build_embed_into(trainer)
     hidden = trainer.abstract_params()["encoder"]["embeddings"]["word"][
         "embedding"].shape[-1]
-    buffer = jax.ShapeDtypeStruct((SCORED_PAIRS, hidden),
+    buffer = jax.ShapeDtypeStruct((EVAL_CACHE_ROWS, hidden),
                                   jnp.float32, sharding=replicated)
   else:
     name, jitted = f"{prefix}score_step", build_score_into(trainer)

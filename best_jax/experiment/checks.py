@@ -59,12 +59,19 @@ def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
 
 def fingerprint(config: ml_collections.ConfigDict, regime: str
                 ) -> dict[str, Any]:
-  """The settings a model trained under `regime` depends on."""
+  """The settings a model trained under `regime` depends on (with
+  `train.fixed_order_reduction`, also the number of data shards, since each
+  draws its own dropout)."""
   others = [p for r, ps in _REGIME_SECTIONS.items() if r != regime
             for p in ps]
-  return {key: value for key, value in _flat(config.to_dict()).items()
-          if not key.startswith(_NOT_MODEL) and not key.startswith(
-              tuple(others))}
+  settings = {key: value for key, value in _flat(config.to_dict()).items()
+              if not key.startswith(_NOT_MODEL) and not key.startswith(
+                  tuple(others))}
+  if config.train.get("fixed_order_reduction", False):
+    mesh = sharding_lib.make_mesh(config.mesh.shape, config.mesh.axis_names)
+    settings["train.data_shards"] = sharding_lib.batch_multiple(
+        mesh, tuple(tuple(r) for r in config.logical_axis_rules))
+  return settings
 
 
 # Settings added after work directories were recorded, with the value that
@@ -130,13 +137,22 @@ def check_config(config: ml_collections.ConfigDict) -> jax.sharding.Mesh:
            " must be positive")
   _require(config.eval.depth >= 1, f"config.eval.depth={config.eval.depth} "
            "must be at least 1")
+  fixed_order = t.get("fixed_order_reduction", False)
+  _require(not (fixed_order and t.get("in_batch_negatives", False)),
+           "config.train.fixed_order_reduction=True would draw in-batch "
+           "negatives from one data shard only; set "
+           "config.train.in_batch_negatives=False or "
+           "config.train.fixed_order_reduction=False")
   try:
     SegmenterConfig(**config.segments.to_dict())
     mesh = sharding_lib.make_mesh(config.mesh.shape, config.mesh.axis_names)
   except (ValueError, TypeError) as e:
     raise InputError(f"config: {e}") from None
-  multiple = sharding_lib.batch_multiple(
-      mesh, tuple(tuple(r) for r in config.logical_axis_rules))
+  rules = tuple(tuple(r) for r in config.logical_axis_rules)
+  multiple = sharding_lib.batch_multiple(mesh, rules)
+  _require(not fixed_order or multiple == mesh.size,
+           "config.train.fixed_order_reduction=True needs a mesh whose "
+           f"devices all hold data shards (mesh {dict(mesh.shape)})")
   accumulation = t.get("accumulation_steps", 1)
   _require(t.batch_size % accumulation == 0,
            f"config.train.batch_size={t.batch_size} is not a multiple of "

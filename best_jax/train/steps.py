@@ -201,8 +201,10 @@ def loss_and_gradients(sums_fn: SumsFn, params: Any, batch: Batch,
   `fixed_order` (`train.fixed_order_reduction`) the data shards' sums and
   gradients are added in one fixed order (`_fixed_order_sum`), so a run
   gives the same bits on 1 process × 8 devices as on 2 × 4; each shard then
-  draws its own dropout (the results depend on the number of data shards)
-  and in-batch negatives stay within a shard.
+  draws its own dropout (the results depend on the number of data shards),
+  in-batch negatives would stay within a shard, and the total is
+  replicated (`experiment.checks` refuses the last two cases: in-batch
+  negatives, a model axis over 1).
   """
   def value_and_grad(batch, key):
     if fixed_order and batch_sharding is not None:
@@ -264,9 +266,10 @@ def train_step(state: TrainState, batch: Batch, *, graphdef: nnx.GraphDef,
                ) -> tuple[TrainState, dict[str, jax.Array]]:
   """One optimizer update; returns the new state and scalar metrics.
 
-  Dropout uses `fold_in(root key, step)` (and the micro-batch index). With
-  `in_batch_negatives` (bi-encoders), a micro-batch's other segments are
-  negatives of each query too.
+  Dropout uses `fold_in(root key, step)` (and the micro-batch index, and
+  with `fixed_order` the data shard's). With `in_batch_negatives`
+  (bi-encoders), a micro-batch's other segments are negatives of each query
+  too; `fixed_order` as in `loss_and_gradients`.
   """
   def sums_fn(params, micro_batch, key):
     model = nnx.merge(graphdef, params)
