@@ -126,6 +126,21 @@ def table2(metrics: Mapping[str, Any]) -> str:
   return "\n".join(lines)
 
 
+def _save(fig, path: str) -> None:
+  """Writes `fig` as a PNG (atomically) and closes it."""
+  with atomic_write(path, "wb") as f:
+    fig.savefig(f, format="png", dpi=100)
+  plt.close(fig)
+
+
+def _draw_references(ax, references: Mapping[str, float] | None) -> None:
+  """Dashed horizontal lines, each labelled at the left edge."""
+  for name, value in (references or {}).items():
+    ax.axhline(value, linestyle="--", color="gray", linewidth=1)
+    ax.annotate(name, (0, value), fontsize=7, color="gray",
+                xycoords=("axes fraction", "data"), va="bottom")
+
+
 def plot_positions(positions: Mapping[str, Sequence[int]], path: str) -> None:
   """Histogram of the selected segment's index, one panel per iteration."""
   items = [(k, v) for k, v in positions.items() if len(v)]
@@ -141,9 +156,7 @@ def plot_positions(positions: Mapping[str, Sequence[int]], path: str) -> None:
     ax.set_xlabel("selected segment index")
   axes[0][0].set_ylabel("fraction of documents")
   fig.tight_layout()
-  with atomic_write(path, "wb") as f:
-    fig.savefig(f, format="png", dpi=100)
-  plt.close(fig)
+  _save(fig, path)
 
 
 def plot_learning_curves(histories: Mapping[str, Sequence[Mapping]],
@@ -165,10 +178,7 @@ def plot_learning_curves(histories: Mapping[str, Sequence[Mapping]],
               if key in h]
       dev_ax.plot(*zip(*devs), marker="o",
                   label=f"{name} ({key.removeprefix('dev_mrr_')})")
-  for name, value in (references or {}).items():
-    dev_ax.axhline(value, linestyle="--", color="gray", linewidth=1)
-    dev_ax.annotate(name, (0, value), fontsize=7, color="gray",
-                    xycoords=("axes fraction", "data"), va="bottom")
+  _draw_references(dev_ax, references)
   unit = "training groups" if groups_per_step > 1 else "step"
   loss_ax.set_xlabel(unit)
   loss_ax.set_ylabel("training loss")
@@ -178,9 +188,7 @@ def plot_learning_curves(histories: Mapping[str, Sequence[Mapping]],
     if ax.lines:
       ax.legend(fontsize=7)
   fig.tight_layout()
-  with atomic_write(path, "wb") as f:
-    fig.savefig(f, format="png", dpi=100)
-  plt.close(fig)
+  _save(fig, path)
 
 
 def plot_curves(curves: Mapping[str, Mapping[str, Sequence[float]]],
@@ -196,19 +204,14 @@ def plot_curves(curves: Mapping[str, Mapping[str, Sequence[float]]],
     [line] = ax.plot(x, mean, marker="o", label=label)
     ax.fill_between(x, mean - std, mean + std, color=line.get_color(),
                     alpha=0.2, linewidth=0)
-  for name, value in (references or {}).items():
-    ax.axhline(value, linestyle="--", color="gray", linewidth=1)
-    ax.annotate(name, (0, value), fontsize=7, color="gray",
-                xycoords=("axes fraction", "data"), va="bottom")
+  _draw_references(ax, references)
   ax.set_xlabel("training groups")
   ax.set_ylabel("dev MRR@10")
   ax.set_title(title, fontsize=9)
   if ax.lines:
     ax.legend(fontsize=7)
   fig.tight_layout()
-  with atomic_write(path, "wb") as f:
-    fig.savefig(f, format="png", dpi=100)
-  plt.close(fig)
+  _save(fig, path)
 
 
 def write_report(metrics: Mapping[str, Any], workdir: str) -> str:
