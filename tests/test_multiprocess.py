@@ -1,6 +1,6 @@
 """2 processes × 4 CPU devices run the real `best_jax train` like 1 process
-× 8 devices: the same run files (scores within 1e-4), each process building
-only its rows.
+× 8 devices: the same run files (same order, scores within 1e-4 relative),
+each process building only its rows.
 
 The processes are subprocesses with their own environment (this pytest
 process already has 8 devices from conftest): `jax.distributed` on localhost
@@ -86,11 +86,14 @@ def test_two_processes_write_the_runs_of_one(tmp_path):
     got = trec.read_run(os.path.join(shared, "runs", name))
     assert set(got) == set(want)
     for qid in want:
-      assert set(got[qid]) == set(want[qid])
+      # The contract: the same documents in the same order, every score
+      # within 1e-4 relative (tiny_cpu adds gradients in a fixed order).
+      assert ([d for d, _ in trec.ranked(got[qid])]
+              == [d for d, _ in trec.ranked(want[qid])]), (name, qid)
       docids = sorted(want[qid])
       np.testing.assert_allclose([got[qid][d] for d in docids],
                                  [want[qid][d] for d in docids],
-                                 rtol=1e-4, atol=1e-5, err_msg=name)
+                                 rtol=1e-4, atol=0, err_msg=name)
 
   # Each process built only its half of every training batch and scored
   # only the rows of its documents; only process 0 logged the experiment.

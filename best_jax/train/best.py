@@ -80,8 +80,9 @@ def joint_train_step(states: tuple[TrainState, TrainState],
       `labels` `[B, G]` (positive first), `mask` `[B, G, S]` (real segments),
       `example_mask` `[B]`.
     graphdef, tx, schedule, loss_fn, accumulation_steps, batch_sharding,
-      fixed_order: as in `steps.train_step` (both models share the architecture and the
-      optimizer; micro-batches split the examples as there).
+      fixed_order: as in `steps.train_step` (both models share the
+      architecture and the optimizer; micro-batches split the examples as
+      there).
     pairing: Eq.3's negative segment: `same` index or a `random` valid one.
     select_with_dropout: select with θ⁽⁰⁾'s training forward pass (cheaper)
       instead of a separate dropout-free one (default).
