@@ -44,6 +44,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       window=32 if small else 64,
       pattern="qds",         # or local, longformer_qa, query, sentence
       first_tokens=64,       # global leading tokens of longformer_qa
+      head="paper",          # or linear: the cross-encoder's one layer
       head_dropout=0.1,
       loss="sigmoid_cross_entropy",
       learning_rate=1e-4 if small else 1e-5,

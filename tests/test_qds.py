@@ -227,11 +227,18 @@ def test_ranker_shapes_patterns_and_dropout():
   assert float(jnp.max(jnp.abs(dropped - plain))) > 1e-4
 
 
-def test_bce_training_separates_positive_from_negative():
-  """A few Adam steps on BCE (1 positive, 1 negative) learn a toy signal."""
+@pytest.mark.parametrize("head", ["paper", "linear"])
+def test_bce_training_separates_positive_from_negative(head):
+  """A few Adam steps on BCE (1 positive, 1 negative) learn a toy signal,
+  with either head: the paper's two layers, or one linear layer alone."""
   config = BertConfig.tiny(hidden_dropout=0.0, attention_dropout=0.0)
-  model = QdsRanker(config, QdsConfig(window=3, max_global=12,
+  model = QdsRanker(config, QdsConfig(window=3, max_global=12, head=head,
                                       head_dropout=0.0), rngs=nnx.Rngs(0))
+  head_shapes = {name: getattr(model, name).kernel.shape
+                 for name in ("dense", "out") if getattr(model, name)}
+  hidden = config.hidden_size
+  assert head_shapes == ({"dense": (hidden, hidden), "out": (hidden, 1)}
+                         if head == "paper" else {"out": (hidden, 1)})
   b = {k: v.reshape(2, 2, 40) for k, v in _random_batch(config, 4, 40).items()}
   # Positives (item 0) carry token 7 in the query.
   b["input_ids"] = b["input_ids"].at[:, 0, 1].set(7).at[:, 1, 1].set(8)
@@ -257,6 +264,11 @@ def test_bce_training_separates_positive_from_negative():
     losses.append(float(loss))
   assert losses[0] == pytest.approx(np.log(2), abs=0.05)
   assert losses[-1] < 0.1 < losses[0]
+
+
+def test_unknown_head_is_refused():
+  with pytest.raises(InputError, match="unknown QDS head 'mlp'"):
+    QdsConfig(head="mlp")
 
 
 def test_extend_positions_copies_rows():

@@ -77,7 +77,7 @@ def fingerprint(config: ml_collections.ConfigDict, regime: str
 # Settings added after work directories were recorded, with the value that
 # such a directory was trained with.
 _ADDED = {"best.theta0": "joint", "segments.unit": "window",
-          "train.fixed_order_reduction": False}
+          "train.fixed_order_reduction": False, "qds.head": "paper"}
 
 
 def stale_keys(recorded: dict[str, Any], current: dict[str, Any]

@@ -111,7 +111,7 @@ def qds_configs(config: ml_collections.ConfigDict, start_id: int
   return row_config, QdsConfig(
       window=c.window, pattern=c.pattern, max_global=row_config.max_global(),
       first_tokens=c.get("first_tokens", 64),
-      head_dropout=c.get("head_dropout", 0.1),
+      head=c.get("head", "paper"), head_dropout=c.get("head_dropout", 0.1),
       sentence_start_id=start_id)
 
 
@@ -145,6 +145,6 @@ def qds_ranker(config: ml_collections.ConfigDict, inputs: Inputs, mesh
                          rows_per_call=rows_per_call(c.rows_per_call, trainer),
                          buckets=(c.max_len,))
   description = (f"{row_config.max_len}-token rows, window ±{qds.window}, "
-                 f"{qds.max_global} global slots")
+                 f"{qds.max_global} global slots, {qds.head} head")
   return (Ranker(trainer=trainer, pretrained=trainer.put_params(params),
                  scorer=scorer), rows, description)

@@ -7,9 +7,10 @@ tokens); every parameter keeps the BERT's name and shape, so a Hugging Face
 checkpoint loads unchanged except for the position table, which is extended
 beyond 512 rows by copying it (Longformer's recipe, `extend_positions`).
 
-Head: `[CLS]` vector → dropout → Linear(d, d) + tanh → dropout → Linear(d, 1),
-in float32; the loss (BCE with one sampled negative) is the training code's
-`sigmoid_cross_entropy`.
+Head (`QdsConfig.head`): "paper", `[CLS]` vector → dropout → Linear(d, d) +
+tanh → dropout → Linear(d, 1), or "linear", `[CLS]` → dropout → Linear(d, 1)
+(the cross-encoder's one layer), both random and in float32; the loss (BCE
+with one sampled negative) is the training code's `sigmoid_cross_entropy`.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from best_jax.models.bert import (BertConfig, dropout, Embeddings, Layer,
 from best_jax.models.weights import load_encoder
 
 ATTENTIONS = ("sparse", "dense")
+HEADS = ("paper", "linear")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,7 +46,9 @@ class QdsConfig:
     block_size: block length of the banded kernel (default: `window`).
     attention: "sparse" (the fast path) or "dense" (the masked reference,
       for tests and benchmarks; no attention dropout).
-    head_dropout: dropout before each of the head's two linear layers.
+    head: "paper" (Linear(d, d) + tanh, then Linear(d, 1)) or "linear"
+      (Linear(d, 1) alone, as `ranker.CrossEncoderRanker`).
+    head_dropout: dropout before each of the head's linear layers.
     sentence_start_id: the `[S]` token id of the inputs
       (`QdsInputConfig.sentence_start_id`; `qds_inputs.sentence_start_id`
       gives `[unused0]`'s); lets the ranker find its global tokens from the
@@ -56,6 +60,7 @@ class QdsConfig:
   first_tokens: int = 64
   block_size: int | None = None
   attention: str = "sparse"
+  head: str = "paper"
   head_dropout: float = 0.1
   sentence_start_id: int | None = None
 
@@ -66,6 +71,9 @@ class QdsConfig:
     if self.attention not in ATTENTIONS:
       raise InputError(f"unknown attention {self.attention!r}; choose one "
                        f"of {', '.join(ATTENTIONS)}")
+    if self.head not in HEADS:
+      raise InputError(f"unknown QDS head {self.head!r}; choose one of "
+                       f"{', '.join(HEADS)}")
     if self.window < 0 or self.max_global < 0:
       raise InputError("window and max_global must be >= 0")
 
@@ -143,7 +151,8 @@ class QdsRanker(nnx.Module):
     self.config = config
     self.qds = qds
     self.encoder = QdsEncoder(config, qds, rngs=rngs)
-    self.dense = _head_linear(config.hidden_size, config, rngs)
+    self.dense = (_head_linear(config.hidden_size, config, rngs)
+                  if qds.head == "paper" else None)
     self.out = _head_linear(1, config, rngs)
 
   def __call__(self, input_ids: jax.Array, attention_mask: jax.Array,
@@ -183,7 +192,8 @@ class QdsRanker(nnx.Module):
                               global_nl, rngs=rngs)
     rate = self.qds.head_dropout
     pooled_nd = dropout(hidden_nld[:, 0].astype(jnp.float32), rate, rngs)
-    pooled_nd = dropout(jnp.tanh(self.dense(pooled_nd)), rate, rngs)
+    if self.dense is not None:
+      pooled_nd = dropout(jnp.tanh(self.dense(pooled_nd)), rate, rngs)
     return self.out(pooled_nd)[:, 0].reshape(leading)
 
 
