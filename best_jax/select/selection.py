@@ -218,16 +218,15 @@ def default_buckets(max_len: int, count: int = 4, multiple: int = 8
 
 def segment_buckets(segments, kind: str) -> tuple[int, ...]:
   """The row lengths a scorer of `kind` compiles for, from the segmenter's
-  config: cross-encoder rows up to `max_len`; bi-encoder segment rows up to
-  `text_row_len` and the shorter query rows (`max_query_len + 2`).
-  Bi-encoder rows are short (42 tokens at `:cpu_bi`), so a shape costs
-  little to compile: eight buckets, every 8 tokens (8/16/24/32/40/42 and
-  the queries' 26 there: padding 8.4% of row tokens, against 10.1% with
-  four; bench/padding_waste.py)."""
+  config: eight buckets, evenly spaced multiples of 8, up to a
+  cross-encoder's `max_len`, or up to a bi-encoder's `text_row_len` plus
+  its shorter query rows (`max_query_len + 2`). Padding of the test rows
+  (bench/padding_waste.py): `:cpu` 8.7% of row tokens (12.2% with four
+  buckets), `:cpu_bi` 8.4% (10.1% with four)."""
   if kind == "bi":
     return tuple(sorted(set(default_buckets(segments.text_row_len, count=8))
                         | {segments.max_query_len + 2}))
-  return default_buckets(segments.max_len)
+  return default_buckets(segments.max_len, count=8)
 
 
 class SegmentScorer:
