@@ -92,6 +92,6 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # one sparse-attention row (configs/qds_squad_longdoc.py has the real one).
   config.qds = ml_collections.ConfigDict(dict(
       max_len=96, max_sentences=16, window=8, pattern="qds", first_tokens=8,
-      head_dropout=0.1, loss="sigmoid_cross_entropy", learning_rate=1e-3,
-      rows_per_call=16))
+      head="paper", head_dropout=0.1, loss="sigmoid_cross_entropy",
+      learning_rate=1e-3, rows_per_call=16))
   return config

@@ -156,6 +156,7 @@ def test_bad_input_stops_before_anything_is_written(tmp_path, capsys):
       (["--config.train.batch_size=6"], "not a multiple of the 8"),
       (["--config.regimes=['firstp','nope']"], "unknown regime 'nope'"),
       (["--config.ranker.kind=mono"], "ranker.kind='mono'"),
+      (["--config.qds.head=mlp"], "qds.head='mlp'"),
       (["--config.train.in_batch_negatives=True"], "one data shard only"),
       (["--config.mesh.shape=(4, 2)"], "devices all hold data shards")):
     assert cli.main(base + extra) == 2

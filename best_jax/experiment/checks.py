@@ -18,6 +18,8 @@ from best_jax.errors import InputError
 from best_jax.segments.config import SegmenterConfig
 from best_jax.experiment.datasets import SOURCES
 from best_jax.experiment.regimes import REGIMES
+from best_jax.models.qds import HEADS as QDS_HEADS
+from best_jax.models.sparse_attention import PATTERNS as QDS_PATTERNS
 from best_jax.rerank.aggregate import AGGREGATIONS
 from best_jax.train.best import PAIRINGS
 from best_jax.train.losses import LOSSES
@@ -113,7 +115,10 @@ def check_config(config: ml_collections.ConfigDict) -> jax.sharding.Mesh:
       ("eval.aggregation", config.eval.aggregation, AGGREGATIONS),
       ("best.pairing", config.best.get("pairing", "same"), PAIRINGS),
       ("goldp.negatives", config.get("goldp", {}).get("negatives", "random"),
-       ("first", "random"))):
+       ("first", "random")),
+      ("qds.head", config.get("qds", {}).get("head", "paper"), QDS_HEADS),
+      ("qds.pattern", config.get("qds", {}).get("pattern", "qds"),
+       QDS_PATTERNS)):
     _require(value in allowed,
              f"config.{key}={value!r}: use one of {allowed}")
   kind = config.ranker.get("kind", "cross")
