@@ -63,6 +63,16 @@ def test_work_recorded_before_a_setting_changed_meaning_still_resumes():
                                "maxp")
   recorded = {k: v for k, v in current.items() if k != "segments.unit"}
   assert checks.stale_keys(recorded, current) == []
+  # qds.head came later too: a record without it, or a config without it
+  # (read as "paper"), is the same model; "linear" is not.
+  config = load_config("configs/qds_squad_longdoc.py:cpu")
+  current = checks.fingerprint(config, "qds")
+  assert current["qds.head"] == "paper"
+  without = {k: v for k, v in current.items() if k != "qds.head"}
+  assert checks.stale_keys(without, current) == []
+  assert checks.stale_keys(current, without) == []
+  assert checks.stale_keys(dict(current, **{"qds.head": "linear"}),
+                           without) == ["qds.head: 'linear' -> 'paper'"]
 
 
 def _runs(workdir):
@@ -157,6 +167,7 @@ def test_bad_input_stops_before_anything_is_written(tmp_path, capsys):
       (["--config.regimes=['firstp','nope']"], "unknown regime 'nope'"),
       (["--config.ranker.kind=mono"], "ranker.kind='mono'"),
       (["--config.qds.head=mlp"], "qds.head='mlp'"),
+      (["--config.qds.pattern=diagonal"], "qds.pattern='diagonal'"),
       (["--config.train.in_batch_negatives=True"], "one data shard only"),
       (["--config.mesh.shape=(4, 2)"], "devices all hold data shards")):
     assert cli.main(base + extra) == 2

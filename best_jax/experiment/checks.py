@@ -85,11 +85,15 @@ _ADDED = {"best.theta0": "joint", "segments.unit": "window",
 def stale_keys(recorded: dict[str, Any], current: dict[str, Any]
                ) -> list[str]:
   """`key: old -> new` for every setting that differs (a recorded setting
-  no longer fingerprinted is ignored; one added since reads its default)."""
+  no longer fingerprinted is ignored; one added since reads its default on
+  whichever side lacks it)."""
   recorded = {k: v for k, v in recorded.items() if not k.startswith(_NOT_MODEL)}
+  current = dict(current)
   for key, value in _ADDED.items():
     if key in current:
       recorded.setdefault(key, value)
+    elif key in recorded:
+      current[key] = value
   keys = sorted(set(recorded) | set(current))
   return [f"{k}: {recorded.get(k, '(unset)')!r} -> {current.get(k, '(unset)')!r}"
           for k in keys if recorded.get(k) != current.get(k)]
