@@ -117,7 +117,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       [("folds", "f1", x) for x in main])
   # The paper's sizes: LSTM 128 per direction, d = 256, 4 heads; Choppy
   # 127 + 1 dims, 8 heads; batch 20.
-  # lr 5e-4 and patience 10 replaced 2e-3 and 5, after which the paper-size
+  # lr 5e-4 and patience 10 replaced 2e-3 and 5, under which the paper-size
   # AttnCut's noisy validation F1 stopped training early on three of five
   # splits (best validation F1, mean over splits: AttnCut 0.308 -> 0.343,
   # BiCut 0.307 -> 0.312, Choppy 0.325 -> 0.323; the docstring has more).
