@@ -32,7 +32,12 @@ the per-split means, score-derived features only:
   AttnCut 0.3284 ± 0.0153: AttnCut / Oracle F1 = 0.7407 (goal 0.85: not
   reached; the paper's 0.786 is on BM25 lists). Wilcoxon, 250 pooled
   (split, query) pairs, AttnCut vs Greedy-k / BiCut / Choppy: p = 0.0005 /
-  0.00007 / 0.0006. Selected epochs: AttnCut 11-30 (mean 21.0; 25-30 on
+  0.00007 / 0.0006. Table 2 analogue at the same sizes and settings (the
+  schedule plus ("random","f1",x) for x in attncut_mle, attncut_bi,
+  attncut_rl; 22 min more): AttnCut-MLE 0.2703 ± 0.0230, AttnCut-Bi
+  0.2931 ± 0.0276, AttnCut-RL 0.3235 ± 0.0125, AttnCut (RAML) 0.3284: the
+  paper's order (its 0.2538 / 0.2819 / 0.2733 / 0.2821).
+  Selected epochs: AttnCut 11-30 (mean 21.0; 25-30 on
   three splits, so the 30-epoch cap binds), BiCut 1-16, Choppy 1-27.
   The first run used lr 2e-3 and patience 5: AttnCut 0.2874 ± 0.0629 on
   test (below Greedy-k), its validation F1 noisy and training stopped
