@@ -30,9 +30,6 @@ from best_jax.evaluate.report import plot_curves
 from best_jax.evaluate.significance import paired_p_values
 
 METRICS = (("recip_rank_cut_10", "MRR@10"), ("ndcg_cut_10", "NDCG@10"))
-# FirstP's model is evaluated twice: its first segment (FirstP) and the max
-# over segments (MaxP).
-AGGREGATED = {"first": "FirstP", "max": "MaxP"}
 TESTED = "recip_rank_cut_10"
 
 
@@ -129,8 +126,11 @@ def dev_curves(metrics: Sequence[dict]) -> dict[str, dict[str, list]]:
       std = (values.std(axis=0, ddof=1) if len(values) > 1
              else np.zeros(len(steps)))
       aggregation = key.removeprefix("dev_mrr_")
-      label = (AGGREGATED.get(aggregation, f"{name} ({aggregation})")
-               if name == "FirstP" else f"{name} ({aggregation})")
+      if name == "FirstP":  # As `experiment.run` names its two rows: the
+        # first segment (FirstP) and the eval aggregation (MaxP).
+        label = "FirstP" if aggregation == "first" else "MaxP"
+      else:
+        label = f"{name} ({aggregation})"
       curves[label] = {
           "groups": [t * batch for t in steps],
           "mean": values.mean(axis=0).tolist(),
