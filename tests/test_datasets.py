@@ -51,3 +51,21 @@ def test_a_remote_data_dir_is_read_never_prepared_into(tmp_path, monkeypatch):
   with pytest.raises(InputError, match="no prepared squad_longdoc data"):
     datasets._squad_longdoc(config, str(tmp_path))
   assert not os.path.exists(tmp_path / "gs:")
+
+
+def test_the_run_seed_does_not_change_the_test_questions(tmp_path):
+  """`best_jax seeds` pairs the runs of `--config.seed=N` query by query: the
+  subsample of questions is the data's, drawn with `config.data.seed`."""
+  def picked(seed, data_seed=0):
+    config = ml_collections.ConfigDict(dict(
+        seed=seed, data=dict(name="synthetic", num_queries=60, num_docs=30,
+                             seed=data_seed,
+                             max_queries=dict(dev=5, test=5))))
+    data = datasets.load(config, str(tmp_path))
+    return {split: sorted(data.splits[split].topics)
+            for split in ("dev", "test")}
+
+  first = picked(seed=0)
+  assert all(len(qids) == 5 for qids in first.values())
+  assert picked(seed=1) == first == picked(seed=2)
+  assert picked(seed=0, data_seed=1) != first

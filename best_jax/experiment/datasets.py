@@ -64,11 +64,16 @@ SOURCES = ("synthetic", "squad_longdoc", "trec", "cranfield")
 
 
 def load(config: ml_collections.ConfigDict, workdir: str) -> ExperimentData:
-  """Loads the data that `config.data` names, then subsamples queries."""
+  """Loads the data that `config.data` names, then subsamples queries.
+
+  The subsample is drawn with the data's seed (`config.data.seed`, 0 when
+  absent), not the run's: the runs of `--config.seed=N` that `best_jax seeds`
+  compares are tested on the same questions."""
   loaders = {"synthetic": _synthetic, "squad_longdoc": _squad_longdoc,
              "trec": _trec, "cranfield": _cranfield}
   data = loaders[config.data.name](config.data, workdir)
-  return _subsample(data, config.data.get("max_queries"), config.seed)
+  return _subsample(data, config.data.get("max_queries"),
+                    config.data.get("seed", 0))
 
 
 def _subsample(data: ExperimentData, max_queries, seed: int
