@@ -36,6 +36,7 @@ from flax import nnx
 from best_jax.errors import InputError
 from best_jax.models.attention import (attention, attention_plan,
                                        blocked_attention, keep_mask)
+from best_jax.models.unpadding import Unpadding
 
 Axes = tuple[str | None, ...]
 
@@ -204,16 +205,21 @@ class Embeddings(nnx.Module):
     self.token_type = table(config.type_vocab_size, (None, "embed"))
     self.norm = _layer_norm(config, rngs)
 
-  def __call__(self, input_ids_bl, token_type_ids_bl, rngs=None) -> jax.Array:
-    length = input_ids_bl.shape[-1]
+  def __call__(self, input_ids_bl, token_type_ids_bl, rngs=None, *,
+               positions_bl=None, length=None) -> jax.Array:
+    """Embeds `[..., length]` ids at positions 0, 1, …, or at
+    `positions_bl` (an unpadded stream's, from rows of `length`)."""
+    length = input_ids_bl.shape[-1] if length is None else length
     if length > self.config.max_position_embeddings:
       raise InputError(f"sequence length {length} exceeds the model's "
                        f"{self.config.max_position_embeddings} positions")
     dtype = self.config.dtype
     words_bld = _lookup(self.word.embedding, input_ids_bl)
     types_bld = _lookup(self.token_type.embedding, token_type_ids_bl)
+    positions_bld = (self.position.embedding[:length] if positions_bl is None
+                     else _lookup(self.position.embedding, positions_bl))
     x_bld = (words_bld.astype(dtype) + types_bld.astype(dtype)
-             + self.position.embedding[:length].astype(dtype))
+             + positions_bld.astype(dtype))
     return dropout(self.norm(x_bld), self.config.hidden_dropout, rngs)
 
 
@@ -256,24 +262,64 @@ class SelfAttention(nnx.Module):
     """[batch, length, d] → [batch, length, d]; with `first_only`, only the
     first position's output [batch, 1, d] (its query against every key)."""
     config = self.config
-    rate = config.attention_dropout if rngs is not None else 0.0
     query_bld = x_bld[:, :1] if first_only else x_bld
     q_bhld = self._heads(self.query, query_bld, config.head_dim ** -0.5)
     k_bhld = self._heads(self.key, x_bld)
     v_bhld = self._heads(self.value, x_bld)
-    key = rngs.dropout() if rate else None
-    block = (attention_plan(*q_bhld.shape[:3]) if config.attention_block is None
-             else config.attention_block)
-    if block and not first_only:
-      context_bhld = blocked_attention(q_bhld, k_bhld, v_bhld, mask_bl,
-                                        block, rate, key)
-    else:
-      context_bhld = attention(q_bhld, k_bhld, v_bhld, mask_bl[:, None, None],
-                                rate, key)
+    context_bhld = self._context(q_bhld, k_bhld, v_bhld, mask_bl, rngs)
     kernel_hkd = self.output.kernel.get_value().astype(config.dtype)
     out_bld = jnp.einsum("bhlk,hkd->bld", context_bhld, kernel_hkd,
                          out_sharding=_batch_sharded(x_bld, 2, leading=1))
     return out_bld + self.output.bias.get_value().astype(config.dtype)
+
+  def _context(self, q_bhqk, k_bhlk, v_bhlk, mask_bl, rngs) -> jax.Array:
+    """Softmax attention of queries `[b, h, q, k]` (q = length, or 1: the
+    first position) over the keys, blocked or batched per
+    `attention_block`."""
+    config = self.config
+    rate = config.attention_dropout if rngs is not None else 0.0
+    key = rngs.dropout() if rate else None
+    block = (attention_plan(*q_bhqk.shape[:3]) if config.attention_block is None
+             else config.attention_block)
+    if block and q_bhqk.shape[2] == k_bhlk.shape[2] > 1:
+      return blocked_attention(q_bhqk, k_bhlk, v_bhlk, mask_bl, block, rate,
+                               key)
+    return attention(q_bhqk, k_bhlk, v_bhlk, mask_bl[:, None, None], rate,
+                     key)
+
+  def unpadded(self, x_utd, unpadding: Unpadding, mask_bl, rngs=None, *,
+               first_un=None) -> jax.Array:
+    """`__call__` on an unpadded stream `[U, T, d]` (`models.unpadding`):
+    projections on the stream, attention on the padded rows (`mask_bl`
+    `[U·n, L]`). With `first_un` (each row's first token in the stream),
+    only those tokens' outputs `[U, n, d]`."""
+    dtype = self.config.dtype
+
+    def heads(layer, x, scale=1.0):  # [U, t, d] → [U, t, heads, head_dim]
+      kernel = layer.kernel.get_value().astype(dtype) * scale
+      return (jnp.einsum("utd,dhk->uthk", x.astype(dtype), kernel)
+              + layer.bias.get_value().astype(dtype) * scale)
+
+    def rows(x_uthk):  # → [U·n, heads, L, head_dim]
+      return jnp.swapaxes(unpadding.pad(x_uthk), 1, 2)
+
+    scale = self.config.head_dim ** -0.5
+    k_bhlk = rows(heads(self.key, x_utd))
+    v_bhlk = rows(heads(self.value, x_utd))
+    if first_un is None:
+      q_bhlk = rows(heads(self.query, x_utd, scale))
+      context_bhlk = self._context(q_bhlk, k_bhlk, v_bhlk, mask_bl, rngs)
+      units = x_utd.shape[0]
+      context_uthk = unpadding.unpad(jnp.swapaxes(context_bhlk, 1, 2).reshape(
+          (units, -1) + context_bhlk.shape[1:2] + context_bhlk.shape[3:]))
+    else:
+      q_unhk = heads(self.query, unpadding.take(x_utd, first_un), scale)
+      q_bh1k = q_unhk.reshape((-1, 1) + q_unhk.shape[2:]).swapaxes(1, 2)
+      context_bh1k = self._context(q_bh1k, k_bhlk, v_bhlk, mask_bl, rngs)
+      context_uthk = context_bh1k.reshape(q_unhk.shape)
+    kernel_hkd = self.output.kernel.get_value().astype(dtype)
+    return (jnp.einsum("uthk,hkd->utd", context_uthk, kernel_hkd)
+            + self.output.bias.get_value().astype(dtype))
 
 
 class Layer(nnx.Module):
@@ -299,11 +345,25 @@ class Layer(nnx.Module):
         rngs)
     if first_only:
       x_bld = x_bld[:, :1]
-    x_bld = self.attention_norm(x_bld + attended_bld)
+    return self._feed_forward(self.attention_norm(x_bld + attended_bld), rngs)
+
+  def _feed_forward(self, x_bld, rngs) -> jax.Array:
+    rate = self.config.hidden_dropout
     inner_blm = jax.nn.gelu(self.intermediate(x_bld), approximate=False)
     out_bld = self.output(inner_blm, out_sharding=_batch_sharded(inner_blm, 1))
     out_bld = dropout(out_bld, rate, rngs)
     return self.output_norm(x_bld + out_bld)
+
+  def unpadded(self, x_utd, unpadding: Unpadding, mask_bl, rngs=None, *,
+               first_un=None) -> jax.Array:
+    """`__call__` on an unpadded stream `[U, T, d]`; with `first_un`, only
+    each row's first token `[U, n, d]` (see `SelfAttention.unpadded`)."""
+    attended = dropout(self.attention.unpadded(x_utd, unpadding, mask_bl, rngs,
+                                               first_un=first_un),
+                       self.config.hidden_dropout, rngs)
+    if first_un is not None:
+      x_utd = unpadding.take(x_utd, first_un)
+    return self._feed_forward(self.attention_norm(x_utd + attended), rngs)
 
 
 class BertEncoder(nnx.Module):
@@ -339,3 +399,24 @@ class BertEncoder(nnx.Module):
     for i, layer in enumerate(self.layers):
       x_bld = layer(x_bld, mask_bl, rngs, first_only=first_only and i == last)
     return x_bld[:, 0] if first_only else x_bld
+
+  def first_unpadded(self, input_ids: jax.Array, attention_mask: jax.Array,
+                     token_type_ids: jax.Array, *, tokens: int,
+                     rngs: nnx.Rngs | None = None) -> jax.Array:
+    """`__call__(first_only=True)` of rows `[U, n, L]` (U units, e.g. data
+    shards), computed unpadded (`models.unpadding`): every layer's dense
+    parts run on a stream of `tokens` per unit, attention on the rows.
+    Every unit's real tokens must fit in `tokens`. Returns `[U·n, hidden]`.
+    """
+    units, rows, length = input_ids.shape
+    unpadding = Unpadding.of(attention_mask, tokens)
+    flat = lambda x: x.reshape(units, rows * length)  # pylint: disable=unnecessary-lambda-assignment
+    x_utd = self.embeddings(unpadding.unpad(flat(input_ids)),
+                            unpadding.unpad(flat(token_type_ids)), rngs,
+                            positions_bl=unpadding.positions_ut, length=length)
+    mask_bl = attention_mask.reshape(units * rows, length).astype(bool)
+    last = len(self.layers) - 1
+    for i, layer in enumerate(self.layers):
+      x_utd = layer.unpadded(x_utd, unpadding, mask_bl, rngs,
+                             first_un=unpadding.first_un if i == last else None)
+    return x_utd.reshape(units * rows, -1)

@@ -12,6 +12,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from best_jax.models.bert import BertConfig, BertEncoder
+from best_jax.models.unpadding import TokenBudget
 
 
 def score_head(config: BertConfig, *, rngs: nnx.Rngs) -> nnx.Linear:
@@ -35,16 +36,22 @@ class CrossEncoderRanker(nnx.Module):
 
   def __call__(self, input_ids: jax.Array, attention_mask: jax.Array,
                token_type_ids: jax.Array, *,
-               rngs: nnx.Rngs | None = None) -> jax.Array:
+               rngs: nnx.Rngs | None = None,
+               budget: TokenBudget | None = None) -> jax.Array:
     """Returns float32 scores of shape `input_ids.shape[:-1]`.
 
     E.g. `[batch, length]` → `[batch]`, `[batch, group, length]` →
-    `[batch, group]`. Dropout is active only if `rngs` is given.
+    `[batch, group]`. Dropout is active only if `rngs` is given. With a
+    `budget` the rows are encoded unpadded (`models.unpadding`).
     """
     leading = input_ids.shape[:-1]
     length = input_ids.shape[-1]
-    cls_nd = self.encoder(input_ids.reshape(-1, length),
-                          attention_mask.reshape(-1, length),
-                          token_type_ids.reshape(-1, length), rngs=rngs,
-                          first_only=True).astype(jnp.float32)
-    return self.head(cls_nd)[:, 0].reshape(leading)
+    rows = (input_ids.reshape(-1, length), attention_mask.reshape(-1, length),
+            token_type_ids.reshape(-1, length))
+    if budget is None:
+      cls_nd = self.encoder(*rows, rngs=rngs, first_only=True)
+    else:
+      cls_nd = self.encoder.first_unpadded(
+          *(x.reshape(budget.units, -1, length) for x in rows),
+          tokens=budget.tokens, rngs=rngs)
+    return self.head(cls_nd.astype(jnp.float32))[:, 0].reshape(leading)
