@@ -134,3 +134,39 @@ def test_joint_step_accumulates_micro_batches_like_one_batch():
   np.testing.assert_array_equal(m4["selected"], m1["selected"])
   for a, b in zip(jax.tree.leaves((p0, p1)), jax.tree.leaves((q0, q1))):
     np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
+
+
+def test_unpadded_joint_step_equals_the_padded_one():
+  """θ⁽⁰⁾'s segment rows as one stream (`tokens` = the batch's real
+  tokens): with dropout off, the same losses, selections and updates."""
+  config = tiny_config()
+  config.optimizer.warmup_steps = 0
+  model_config = BertConfig.tiny(num_layers=1, hidden_dropout=0.0,
+                                 attention_dropout=0.0)
+  mesh = make_mesh((1, 1), ("data", "model"), jax.devices()[:1])
+  trainer = build_trainer(
+      lambda rngs: CrossEncoderRanker(model_config, rngs=rngs), config, mesh)
+  step = best_lib.build_joint_step(trainer, "pairwise_hinge")
+  rng = np.random.default_rng(0)
+  shape = (4, 2, 3, 16)  # [B, G, S, L]
+  lengths = rng.integers(4, 17, shape[:3])
+  batch = dict(input_ids=rng.integers(5, 128, shape).astype(np.int32),
+               attention_mask=np.arange(16) < lengths[..., None],
+               token_type_ids=np.zeros(shape, np.int32),
+               labels=np.tile(np.float32([1, 0]), (4, 1)),
+               mask=np.ones(shape[:3], bool), example_mask=np.ones(4, bool))
+  need = int(batch["attention_mask"].sum())
+  assert need < batch["attention_mask"].size
+  out = {}
+  for tokens in (None, need):
+    states, metrics = step((trainer.init(0), trainer.init(1)),
+                           trainer.put(batch), tokens)
+    out[tokens] = jax.device_get((states, metrics))
+  (padded, padded_metrics), (unpadded, metrics) = out[None], out[need]
+  np.testing.assert_array_equal(metrics["selected"], padded_metrics["selected"])
+  for name in ("loss0", "loss1"):
+    np.testing.assert_allclose(metrics[name], padded_metrics[name], rtol=1e-5)
+  for model in (0, 1):
+    for a, b in zip(jax.tree.leaves(padded[model].params),
+                    jax.tree.leaves(unpadded[model].params)):
+      np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)

@@ -7,6 +7,7 @@ import pytest
 from best_jax.models.bert import BertConfig
 from best_jax.models.ranker import CrossEncoderRanker
 from best_jax.train import sharding
+from best_jax.train import token_budget
 from best_jax.train import trainer as trainer_lib
 from fakes import synthetic_batch, tiny_config
 
@@ -90,3 +91,45 @@ def test_init_from_given_params_places_them_sharded(results):
   for a, b in zip(results["1x1"]["params"],
                   jax.device_get(jax.tree.leaves(state.params))):
     np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("shape", [(8, 1), (4, 2)])
+def test_unpadded_training_on_shards_equals_padded_on_one_device(shape):
+  """Each data shard's micro-batch is one unpadded stream (units = data
+  shards): with dropout off, the same update as padded rows on 1 device;
+  the batch's need is its largest (micro-batch, shard) unit, read from the
+  devices' shards."""
+  config = tiny_config()
+  config.train.accumulation_steps = 2
+  config.train.fixed_order_reduction = False
+  model_config = BertConfig.tiny(num_layers=1, hidden_dropout=0.0,
+                                 attention_dropout=0.0)
+  batch = synthetic_batch(0, batch_size=16, group_size=2, length=16,
+                          vocab_size=128)
+  units = token_budget.unit_of_examples(16, 2, shape[0])
+  counts = batch["attention_mask"].reshape(16, -1).sum(1)
+  need = int(np.bincount(units, counts).max())
+  out = {}
+  for name, mesh_shape, tokens in (("padded", (1, 1), None),
+                                   ("unpadded", shape, need),
+                                   ("one short", shape, need - 1)):
+    mesh = sharding.make_mesh(mesh_shape, ("data", "model"),
+                              jax.devices()[:mesh_shape[0] * mesh_shape[1]])
+    trainer = trainer_lib.build_trainer(
+        lambda rngs: CrossEncoderRanker(model_config, rngs=rngs), config,
+        mesh)
+    placed = trainer.put(batch)
+    step = trainer.train_step
+    if tokens is not None:
+      assert token_budget.batch_need(placed["attention_mask"], 2,
+                                     shape[0]) == need
+      step = token_budget.UnpaddedSteps(step, tokens, steps=2,
+                                        shards=shape[0])
+    state, metrics = step(trainer.init(0), placed)
+    out[name] = jax.device_get((jax.tree.leaves(state.params), metrics))
+  assert out["unpadded"][1]["unpadded"] == 1.0
+  assert out["one short"][1]["unpadded"] == 0.0
+  for name in ("unpadded", "one short"):
+    np.testing.assert_allclose(out[name][1]["loss"], out["padded"][1]["loss"],
+                               rtol=1e-5)
+    assert _max_difference(out[name][0], out["padded"][0]) < 1e-6

@@ -17,6 +17,7 @@ from best_jax.train import optimizer as optimizer_lib
 from best_jax.train import sharding
 from best_jax.train import state as state_lib
 from best_jax.train import steps
+from best_jax.train import token_budget
 from best_jax.train import trainer as trainer_lib
 from fakes import direct_scores, synthetic_batch
 from fakes import tiny_config
@@ -295,6 +296,50 @@ def test_gradient_accumulation_equals_one_large_batch():
   np.testing.assert_allclose(metrics_1["loss"], expected, rtol=1e-6)
 
 
+@pytest.mark.parametrize("accumulation_steps", [1, 4])
+def test_unpadded_step_equals_the_padded_step(accumulation_steps):
+  """`tokens` (static) encodes each micro-batch's rows as one stream: the
+  same update as padded rows. `UnpaddedSteps` runs it when the batch's
+  largest unit fits, the padded step when one token more is needed."""
+  batch = _masked_batch()
+  trainer = _trainer(accumulation_steps)
+  need = max(batch["attention_mask"][j::accumulation_steps].sum()
+             for j in range(accumulation_steps))
+  assert need < batch["attention_mask"].size / accumulation_steps
+  results = {}
+  for tokens in (None, int(need), int(need) - 1):
+    step = token_budget.UnpaddedSteps(trainer.train_step, tokens or 10**6,
+                                      steps=accumulation_steps, shards=1)
+    if tokens is None:
+      step = trainer.train_step
+    state, metrics = step(trainer.init(0), trainer.put(batch))
+    results[tokens] = jax.device_get((state.params, metrics))
+  padded_params, padded = results[None]
+  for tokens, fits in ((int(need), 1.0), (int(need) - 1, 0.0)):
+    params, metrics = results[tokens]
+    assert metrics["unpadded"] == fits
+    for name in ("loss", "grad_norm", "groups"):
+      np.testing.assert_allclose(metrics[name], padded[name], rtol=1e-5)
+    for a, b in zip(jax.tree.leaves(padded_params), jax.tree.leaves(params)):
+      np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-8)
+  # Unpadded with too few tokens loses tokens: a different update.
+  state, _ = trainer.train_step(trainer.init(0), trainer.put(batch),
+                                int(need) // 2)
+  assert not all(np.allclose(b, a, rtol=1e-5, atol=1e-8) for a, b in zip(
+      jax.tree.leaves(padded_params),
+      jax.tree.leaves(jax.device_get(state.params))))
+
+
+def test_units_follow_micro_batches_and_shards():
+  """Example e is in micro-batch e % k; each micro-batch's examples are cut
+  into contiguous shard blocks (`steps.micro_batches`, the batch sharding)."""
+  units = token_budget.unit_of_examples(16, 2, 4)
+  micro = steps.micro_batches({"e": jnp.arange(16)}, 2, None)["e"]
+  for j in range(2):
+    for shard, block in enumerate(np.split(np.asarray(micro[j]), 4)):
+      assert set(units[block]) == {j * 4 + shard}
+
+
 def test_train_step_rejects_indivisible_accumulation():
   with pytest.raises(ValueError, match="accumulation_steps"):
     steps.micro_batches({k: jnp.zeros((6, 2)) for k in steps.TRAIN_KEYS},
@@ -344,3 +389,21 @@ def test_in_batch_negatives_of_a_bi_encoder():
     groups += 1
   assert int(count) == groups
   np.testing.assert_allclose(float(loss_sum), want, rtol=2e-5)
+
+
+def test_the_budget_encodes_the_first_batches_in_the_fewest_tokens():
+  """Four batches of two one-row examples (one unit of 2 × 128 slots):
+  T = 128 fits three of them, the fourth (220 tokens) then runs padded at
+  256: 3 · 128 + 256 = 640 < 4 · 256 (T = 256 would cost 1024)."""
+  def batch(*lengths):
+    return [{"attention_mask": np.arange(128) < n} for n in lengths]
+  batches = [batch(60, 60), batch(50, 70), batch(64, 64), batch(120, 100)]
+  assert token_budget.choose_tokens(batches, steps=1, shards=1) == 128
+  # Two units per batch (2 shards), one example each: the largest units
+  # (60, 70, 64, 120) fit 64 twice; 64 + 128 + 64 + 128 < 4 · 128.
+  assert token_budget.choose_tokens(batches, steps=1, shards=2) == 64
+  # Two micro-batches: the same units.
+  assert token_budget.choose_tokens(batches, steps=2, shards=1) == 64
+  # Rows with little padding are left padded (saving < 5%).
+  full = [batch(127, 128)] * 4
+  assert token_budget.choose_tokens(full, steps=1, shards=1) is None

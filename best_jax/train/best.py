@@ -20,8 +20,10 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
+from best_jax.models.unpadding import TokenBudget
 from best_jax.train import losses as losses_lib
 from best_jax.train import steps as steps_lib
+from best_jax.train import token_budget
 from best_jax.train.state import TrainState
 
 PAIRINGS = ("same", "random")
@@ -62,7 +64,8 @@ def _eq3_scores(scores_bgs: jax.Array, mask_bgs: jax.Array, pairing: str,
 
 
 def joint_train_step(states: tuple[TrainState, TrainState],
-                     batch: dict[str, jax.Array], *, graphdef: nnx.GraphDef,
+                     batch: dict[str, jax.Array], tokens: int | None = None,
+                     *, graphdef: nnx.GraphDef,
                      tx: optax.GradientTransformation,
                      schedule: optax.Schedule, loss_fn: losses_lib.LossFn,
                      pairing: str = "same", select_with_dropout: bool = False,
@@ -86,6 +89,9 @@ def joint_train_step(states: tuple[TrainState, TrainState],
     pairing: Eq.3's negative segment: `same` index or a `random` valid one.
     select_with_dropout: select with θ⁽⁰⁾'s training forward pass (cheaper)
       instead of a separate dropout-free one (default).
+    tokens: static; θ⁽⁰⁾ encodes the segment rows unpadded, that many
+      tokens per unit, as in `steps.train_step` (θ⁽¹⁾'s selected rows stay
+      padded: which rows they are is known only inside the step).
 
   Returns:
     (states, metrics): `loss`, `loss0`, `loss1`, `grad_norm0/1`,
@@ -93,6 +99,10 @@ def joint_train_step(states: tuple[TrainState, TrainState],
     for documents without a segment).
   """
   state0, state1 = states
+  budget = None
+  if tokens is not None:
+    budget = TokenBudget(tokens, 1 if fixed_order else
+                         token_budget.data_shards(batch_sharding))
 
   def sums_fn(params, micro, key):
     params0, params1 = params
@@ -101,13 +111,13 @@ def joint_train_step(states: tuple[TrainState, TrainState],
     example_b = micro["example_mask"]
     doc_valid_bg = jnp.any(mask_bgs, axis=-1)
     scores0_bgs = steps_lib.batch_scores(nnx.merge(graphdef, params0), micro,
-                                         nnx.Rngs(dropout=key0))
+                                         nnx.Rngs(dropout=key0), budget)
     if select_with_dropout:
       selection_bgs = jax.lax.stop_gradient(scores0_bgs)
     else:
       frozen = nnx.merge(graphdef, jax.lax.stop_gradient(params0))
       selection_bgs = jax.lax.stop_gradient(
-          steps_lib.batch_scores(frozen, micro))
+          steps_lib.batch_scores(frozen, micro, budget=budget))
     selected_bg, _ = masked_argmax(selection_bgs, mask_bgs)
     scores_bsg, where_bsg = _eq3_scores(scores0_bgs, mask_bgs, pairing,
                                         jax.random.fold_in(key0, 1))
@@ -161,12 +171,13 @@ def build_joint_step(trainer, loss_name: str, pairing: str = "same",
   with jax.set_mesh(trainer.mesh):
     jitted = jax.jit(step, in_shardings=(shardings, trainer.batch_sharding),
                      out_shardings=(shardings, replicated),
-                     donate_argnums=0)
+                     donate_argnums=0, static_argnums=2)
 
-  def call(states, batch):
+  def call(states, batch, tokens=None):
     with jax.set_mesh(trainer.mesh):
-      return jitted(states, batch)
-  call.lower = jitted.lower
+      return jitted(states, batch, tokens)
+  call.lower = lambda states, batch, tokens=None: jitted.lower(
+      states, batch, tokens)
   return call
 
 

@@ -23,7 +23,6 @@ one and BeST's joint iteration-1 step (`train.best`).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any, Mapping
 
@@ -32,7 +31,9 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
+from best_jax.models.unpadding import TokenBudget
 from best_jax.train import losses as losses_lib
+from best_jax.train import token_budget
 from best_jax.train.state import TrainState
 
 Batch = Mapping[str, jax.Array]
@@ -45,14 +46,20 @@ TRAIN_KEYS = MODEL_INPUTS + ("labels", "mask", "example_mask")
 
 
 def batch_scores(model: nnx.Module, batch: Batch,
-                 rngs: nnx.Rngs | None = None) -> jax.Array:
+                 rngs: nnx.Rngs | None = None,
+                 budget: TokenBudget | None = None) -> jax.Array:
   """Scores `[B, ...]` of the batch's segment rows `[B, ..., L]`.
 
-  A cross-encoder reads `[CLS] query [SEP] segment [SEP]` rows; a
-  bi-encoder's batch (one with `query_ids`) embeds the queries `[B, Lq]` and
-  the segments apart and compares them (`models.bi_encoder`).
+  A cross-encoder reads `[CLS] query [SEP] segment [SEP]` rows (unpadded
+  with a `budget`); a bi-encoder's batch (one with `query_ids`) embeds the
+  queries `[B, Lq]` and the segments apart and compares them
+  (`models.bi_encoder`).
   """
   segments = tuple(batch[name] for name in MODEL_INPUTS)
+  if budget is not None:
+    if "query_ids" in batch:
+      raise ValueError("unpadded encoding is for cross-encoder rows")
+    return model(*segments, rngs=rngs, budget=budget)
   if "query_ids" not in batch:
     return model(*segments, rngs=rngs)
   query_bh = model.embed(batch["query_ids"], batch["query_mask"], rngs=rngs)
@@ -90,13 +97,14 @@ def _in_batch(model: nnx.Module, batch: Batch, rngs: nnx.Rngs | None):
 
 def group_loss_sum(model: nnx.Module, batch: Batch,
                    loss_fn: losses_lib.LossFn, rngs: nnx.Rngs | None,
-                   in_batch_negatives: bool = False
+                   in_batch_negatives: bool = False,
+                   budget: TokenBudget | None = None
                    ) -> tuple[jax.Array, jax.Array]:
   """(sum of group losses, number of valid groups) of `[B, G, L]` rows."""
   if in_batch_negatives:
     scores, labels, where = _in_batch(model, batch, rngs)
   else:
-    scores = batch_scores(model, batch, rngs)
+    scores = batch_scores(model, batch, rngs, budget)
     labels, where = batch["labels"], batch["mask"]
   group = loss_fn(scores, labels, where=where)
   return losses_lib.masked_sum(group.loss,
@@ -171,8 +179,7 @@ def _value_and_grad_by_shard(sums_fn: SumsFn, params: Any, batch: Batch,
   examples, dropout key `fold_in(key, d)`), the shards' sums and gradients
   then added by `_fixed_order_sum`."""
   mesh, axis = sharding.mesh, sharding.spec[0]
-  shards = 1 if axis is None else math.prod(
-      mesh.shape[a] for a in (axis if isinstance(axis, tuple) else (axis,)))
+  shards = token_budget.data_shards(sharding)
 
   def split(array):
     array = array.reshape((shards, array.shape[0] // shards)
@@ -258,7 +265,8 @@ def guarded_update(state: TrainState, loss: jax.Array, grads: Any,
       nonfinite_step=nonfinite_step), grad_norm
 
 
-def train_step(state: TrainState, batch: Batch, *, graphdef: nnx.GraphDef,
+def train_step(state: TrainState, batch: Batch, tokens: int | None = None,
+               *, graphdef: nnx.GraphDef,
                tx: optax.GradientTransformation, schedule: optax.Schedule,
                loss_fn: losses_lib.LossFn, accumulation_steps: int = 1,
                batch_sharding: jax.NamedSharding | None = None,
@@ -269,12 +277,22 @@ def train_step(state: TrainState, batch: Batch, *, graphdef: nnx.GraphDef,
   Dropout uses `fold_in(root key, step)` (and the micro-batch index, and
   with `fixed_order` the data shard's). With `in_batch_negatives`
   (bi-encoders), a micro-batch's other segments are negatives of each query
-  too; `fixed_order` as in `loss_and_gradients`.
+  too; `fixed_order` as in `loss_and_gradients`. With `tokens` (static),
+  cross-encoder rows are encoded unpadded, that many tokens per unit, a
+  unit being one data shard's rows of one micro-batch; every unit's real
+  tokens must fit (`train.token_budget`).
   """
+  budget = None
+  if tokens is not None:
+    # Under `fixed_order` each shard is mapped apart: one unit per call.
+    budget = TokenBudget(tokens, 1 if fixed_order else
+                         token_budget.data_shards(batch_sharding))
+
   def sums_fn(params, micro_batch, key):
     model = nnx.merge(graphdef, params)
     return (group_loss_sum(model, micro_batch, loss_fn,
-                           nnx.Rngs(dropout=key), in_batch_negatives),), None
+                           nnx.Rngs(dropout=key), in_batch_negatives,
+                           budget),), None
 
   step_key = jax.random.fold_in(state.root_key(), state.step)
   ((total, count),), grads, _ = loss_and_gradients(

@@ -7,6 +7,8 @@
   state = trainer.init_from_params(split_params(load_ranker(dir, rngs=…))[1],
                                    config.seed)
   state, metrics = trainer.train_step(state, trainer.put(batch))
+  # rows encoded unpadded, `tokens` per unit (`train.token_budget`):
+  state, metrics = trainer.train_step(state, batch, tokens=1024)
 
 Scoring with the same model: `best_jax.select.selection.SegmentScorer`.
 
@@ -123,7 +125,8 @@ def build_trainer(model_fn: state_lib.ModelFn,
         out_shardings=shardings)
     jitted_train = jax.jit(
         train_step, in_shardings=(shardings, batch_sharding),
-        out_shardings=(shardings, metrics_shardings), donate_argnums=0)
+        out_shardings=(shardings, metrics_shardings), donate_argnums=0,
+        static_argnums=2)
 
   return Trainer(
       mesh=mesh, graphdef=graphdef, tx=tx, schedule=schedule,
@@ -133,7 +136,7 @@ def build_trainer(model_fn: state_lib.ModelFn,
       fixed_order_reduction=fixed_order_reduction,
       param_shardings=param_shardings,
       init=_under_mesh(mesh, jitted_init),
-      train_step=_under_mesh(mesh, jitted_train),
+      train_step=_under_mesh(mesh, _tokens_positional(jitted_train)),
       init_from_params=_place_then(mesh, param_shardings,
                                    jitted_from_params))
 
@@ -146,6 +149,17 @@ def _place_then(mesh: jax.sharding.Mesh, param_shardings: Any,
     with jax.set_mesh(mesh):
       return fn(params, jax.device_put(np.int32(seed), replicated))
   replicated = jax.NamedSharding(mesh, jax.P())
+  return call
+
+
+def _tokens_positional(fn: Callable[..., Any]):
+  """`fn(state, batch, tokens=None)` for a jitted step whose static
+  `tokens` must be passed by position (jit takes no keyword arguments with
+  `in_shardings`)."""
+  @functools.wraps(fn)
+  def call(state, batch, tokens=None):
+    return fn(state, batch, tokens)
+  call.lower = lambda state, batch, tokens=None: fn.lower(state, batch, tokens)
   return call
 
 
