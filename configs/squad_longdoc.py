@@ -101,7 +101,10 @@ def _full() -> ml_collections.ConfigDict:
       # True: gradients added in one fixed order, the same bits on any
       # process layout of the same devices (see configs/tiny_cpu.py).
       fixed_order_reduction=False, log_every=50, eval_every=500, patience=3,
-      checkpoint_every=500, max_to_keep=1))
+      checkpoint_every=500, max_to_keep=1,
+      # Cross-encoder training rows (not QDS's) encoded as one token
+      # stream per device (best_jax/train/token_budget.py).
+      unpadded=True))
   config.regimes = ("firstp", "maxp", "maxp_all", "goldp", "best")
   config.goldp = ml_collections.ConfigDict(dict(negatives="random"))
   config.best = ml_collections.ConfigDict(dict(

@@ -48,6 +48,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       log_every=5,
       checkpoint_every=5,
       max_to_keep=3,
+      # Cross-encoder rows as one token stream per device, as
+      # configs/squad_longdoc.py (best_jax/train/token_budget.py).
+      unpadded=True,
   ))
 
   # A random BertConfig.tiny() ranker with the MiniLM tokenizer's vocabulary,

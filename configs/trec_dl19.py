@@ -65,7 +65,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.train = ml_collections.ConfigDict(dict(
       loss="pairwise_hinge", batch_size=32, group_size=2, negatives_depth=100,
       num_steps=num_steps, accumulation_steps=1, log_every=100,
-      eval_every=2000, patience=3, checkpoint_every=2000, max_to_keep=1))
+      eval_every=2000, patience=3, checkpoint_every=2000, max_to_keep=1,
+      unpadded=True))  # see configs/squad_longdoc.py
   config.regimes = ("firstp", "maxp", "best")
   config.goldp = ml_collections.ConfigDict(dict(negatives="first"))
   config.best = ml_collections.ConfigDict(dict(

@@ -37,7 +37,7 @@ THETA0 = ("joint", "pretrained")
 # schedule always spans `train.num_steps` (`models.trainer_config`), whatever
 # `optimizer.total_steps` says.
 _NOT_MODEL = ("train.log_every", "train.checkpoint_every", "train.max_to_keep",
-              "optimizer.total_steps",
+              "optimizer.total_steps", "train.unpadded",
               "eval.rows_per_call", "eval.depth", "best.max_iterations",
               "best.evaluate_theta0", "mesh.", "logical_axis_rules", "birch.",
               "regimes", "interpolate.", "peer.")

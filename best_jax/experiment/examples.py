@@ -175,9 +175,13 @@ class AllSegmentExamples:
       doc = self.inputs.train_segments[docid]
       tokens[g, :doc.count], mask[g, :doc.count] = doc.tokens_sl, doc.mask_sl
       valid[g, :doc.count] = True
-    return dict(_pack(self.inputs, self.family, group.qid, group.docids,
-                      tokens, mask),
-                labels=_labels(len(group.docids)), mask=valid)
+    rows = _pack(self.inputs, self.family, group.qid, group.docids, tokens,
+                 mask)
+    if self.family == "cross":
+      # A missing segment's row holds no token at all (not even the
+      # query's), so an unpadded step spends nothing on it.
+      rows["attention_mask"] = rows["attention_mask"] & valid[..., None]
+    return dict(rows, labels=_labels(len(group.docids)), mask=valid)
 
 
 class GroupExamples:
@@ -196,3 +200,10 @@ class GroupExamples:
   def __getitem__(self, index: int) -> Example:
     self.built += 1
     return self._build(index, self._groups[index])
+
+  def first_batches(self, count: int, batch_size: int) -> list[list[Example]]:
+    """The first `count` global batches, built whole (and not counted):
+    the same on every process."""
+    size = min(count * batch_size, len(self._groups))
+    examples = [self._build(i, self._groups[i]) for i in range(size)]
+    return [examples[i:i + batch_size] for i in range(0, size, batch_size)]

@@ -27,6 +27,7 @@ from best_jax.experiment.qds import QdsRows
 from best_jax.experiment.regimes import pairs as schedule_pairs
 from best_jax.experiment.stages import Plan
 from best_jax.train import best as best_lib
+from best_jax.train import token_budget
 from best_jax.train.loop import Evaluate
 
 
@@ -43,13 +44,27 @@ def segment_plan(name: str, regime: str, config: ml_collections.ConfigDict,
                           negatives=config.goldp.negatives,
                           family=config.ranker.kind)
   seed = stage_seed(config, name)
+  examples = GroupExamples(inputs.schedule, build)
   return Plan(
       name=name, regime=regime, state=lambda: ranker.fresh_state(seed),
-      step_fn=ranker.trainer.train_step,
-      examples=GroupExamples(inputs.schedule, build),
+      step_fn=ranker.trainer.train_step, examples=examples,
       features=build.features(config.train.group_size),
       batch_sharding=ranker.trainer.batch_sharding, evaluate=evaluate,
-      positions=list(selected.values()) if selected else [])
+      positions=list(selected.values()) if selected else [],
+      tokens=_unpadded_tokens(config, ranker, examples))
+
+
+def _unpadded_tokens(config: ml_collections.ConfigDict, ranker: Ranker,
+                     examples: GroupExamples):
+  """With `train.unpadded` and cross-encoder rows: chooses the stream size
+  from the schedule's first batches (`train.token_budget`)."""
+  if not config.train.get("unpadded", False) or config.ranker.kind != "cross":
+    return None
+  t = config.train
+  return lambda: token_budget.choose_tokens(
+      examples.first_batches(token_budget.SAMPLE_BATCHES, t.batch_size),
+      steps=t.get("accumulation_steps", 1),
+      shards=token_budget.data_shards(ranker.trainer.batch_sharding))
 
 
 def joint_plan(config: ml_collections.ConfigDict, inputs: Inputs,
@@ -62,13 +77,15 @@ def joint_plan(config: ml_collections.ConfigDict, inputs: Inputs,
       config.best.select_with_dropout, t.get("accumulation_steps", 1))
   build = AllSegmentExamples(inputs, family=config.ranker.kind)
   seed = stage_seed(config, "best1")
+  examples = GroupExamples(inputs.schedule, build)
   return Plan(
       name="best1", regime="best",
       state=lambda: (ranker.fresh_state(seed), ranker.fresh_state(seed + 1)),
-      step_fn=step, examples=GroupExamples(inputs.schedule, build),
+      step_fn=step, examples=examples,
       features=build.features(t.group_size),
       batch_sharding=ranker.trainer.batch_sharding, evaluate=evaluate,
-      keep_final={"theta0": lambda state: state[0].params})
+      keep_final={"theta0": lambda state: state[0].params},
+      tokens=_unpadded_tokens(config, ranker, examples))
 
 
 def qds_plan(config: ml_collections.ConfigDict, inputs: Inputs,

@@ -32,6 +32,7 @@ from best_jax.experiment import checks
 from best_jax.experiment.examples import GroupExamples
 from best_jax.experiment.workdir import Workdir
 from best_jax.train import loop
+from best_jax.train import token_budget
 from best_jax.train.checkpoint import Checkpointer, load_params, save_params
 
 STAGES, CHECKPOINTS = "stages", "checkpoints"
@@ -54,6 +55,10 @@ class Plan:
   # Selected segment positions to record (BeST iterations on selected
   # segments); the joint step reports its own.
   positions: list[int] = dataclasses.field(default_factory=list)
+  # Chooses the unpadded stream size that `step_fn(..., tokens=T)` takes
+  # (`train.unpadded`, `train.token_budget`); called only when training.
+  # None: padded rows.
+  tokens: Callable[[], int | None] | None = None
 
 
 @dataclasses.dataclass
@@ -122,18 +127,29 @@ class Stages:
                 "settings": checks.fingerprint(self.config, plan.regime)}
     self.workdir.write_json(settings, CHECKPOINTS, f"{plan.name}.json")
     started = time.time()
+    step_fn = plan.step_fn
+    tokens = plan.tokens() if plan.tokens else None
+    if tokens:
+      step_fn = token_budget.UnpaddedSteps(
+          step_fn, tokens, steps=t.get("accumulation_steps", 1),
+          shards=token_budget.data_shards(plan.batch_sharding))
+      self.workdir.log(f"{plan.name}: rows encoded unpadded, {tokens} tokens "
+                       "per device and micro-batch")
     with InputPipeline(plan.examples, plan.features,
                        global_batch_size=t.batch_size,
                        sharding=plan.batch_sharding) as batches, Checkpointer(
                            self.workdir.path(CHECKPOINTS, plan.name),
                            max_to_keep=t.get("max_to_keep", 1)) as checkpointer:
       result = loop.fit(
-          plan.name, plan.state(), plan.step_fn, batches,
+          plan.name, plan.state(), step_fn, batches,
           num_steps=t.num_steps, evaluate=plan.evaluate,
           eval_every=t.eval_every, patience=t.patience,
           log_every=t.log_every, checkpoint_every=t.get("checkpoint_every", 0),
           checkpointer=checkpointer, log=self.workdir.log)
     self.timings[f"train {plan.name}"] = time.time() - started
+    if tokens:
+      self.workdir.log(f"{plan.name}: {step_fn.unpadded} steps unpadded, "
+                       f"{step_fn.padded} padded (their rows did not fit)")
     self.workdir.log_process(f"{plan.name}: built {plan.examples.built} of "
                              f"{len(plan.examples)} training examples")
     params = dict(result.best_params)
