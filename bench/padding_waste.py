@@ -12,14 +12,20 @@ reports the fraction of the encoder's row tokens that are padding:
   gold pairs), with the config's length buckets, with one bucket (the
   longest row: `max_len`, a bi-encoder's `text_row_len`) and with `--counts`
   evenly spaced buckets (`default_buckets`);
-- training: batches are not bucketed (one shape, `max_len` rows, or the
-  bi-encoder's content and query lengths); the padding of the first
-  `--batches` batches of the schedule as FirstP's `train_step` and BeST's
-  joint step (when `best.theta0` is `joint`) encode them (`experiment.examples`; the joint step encodes
-  every one of its `k_train` segment rows, valid or not).
+- training: the padding of the first `--batches` batches of the schedule
+  as the one-segment regimes' `train_step` (FirstP, MaxP-all, GoldP) and
+  BeST's joint step (when `best.theta0` is `joint`) encode them
+  (`experiment.examples`; the joint step encodes every one of its `k_train`
+  segment rows, valid or not): padded rows (`max_len`, or the bi-encoder's
+  content and query lengths), and, for the cross-encoder, the unpadded
+  stream with `train.unpadded`'s budget (the joint step: θ⁽⁰⁾'s rows; θ⁽¹⁾'s
+  selected rows, one in `k_train`, stay padded)
+  (`train.token_budget.choose_tokens` on the first 16 batches, as
+  `best_jax train` chooses it; a batch that does not fit counts padded).
 
-Tokens, not FLOPs: dense layers cost the same per token, attention more per
-token in longer rows, so the FLOP fraction is a little higher.
+Tokens, and for the unpadded steps also FLOPs: dense layers cost the same
+per token, and attention, which runs on the padded rows either way, costs
+4·L²·hidden per row and layer (the useful part: 4·len²·hidden).
 """
 
 from __future__ import annotations
@@ -52,6 +58,38 @@ def training_padding(inputs, build, num_batches: int) -> float:
         real += int(example["query_mask"].sum())
         total += example["query_mask"].size
   return 1.0 - real / max(total, 1)
+
+
+def unpadded_padding(inputs, build, num_batches: int, config, bert) -> dict:
+  """Token and FLOP padding of the first `num_batches` batches as the
+  unpadded `train_step` encodes them (one unit: one device, no
+  accumulation, as `:cpu`), with the budget `best_jax train` chooses."""
+  from best_jax.experiment.examples import GroupExamples
+  from best_jax.train import token_budget
+  examples = GroupExamples(inputs.schedule, build)
+  steps = config.train.get("accumulation_steps", 1)
+  tokens = token_budget.choose_tokens(
+      examples.first_batches(token_budget.SAMPLE_BATCHES,
+                             config.train.batch_size), steps=steps, shards=1)
+  dense = 2 * (4 * bert.hidden_size ** 2
+               + 2 * bert.hidden_size * bert.intermediate_size)
+  attention = 4 * bert.hidden_size  # × length² per row
+  real = spent = useful = flops = fits = 0
+  batches = examples.first_batches(num_batches, config.train.batch_size)
+  for batch in batches:
+    masks = np.stack([e["attention_mask"] for e in batch])
+    length = masks.shape[-1]
+    lengths = masks.reshape(-1, length).sum(-1)
+    need = int(lengths.sum())
+    fit = tokens is not None and need <= tokens * steps
+    fits += fit
+    encoded = tokens * steps if fit else masks.size
+    real += need
+    spent += encoded
+    useful += need * dense + attention * int(np.sum(lengths ** 2))
+    flops += encoded * dense + attention * len(lengths) * length ** 2
+  return {"tokens": tokens, "batches": len(batches), "unpadded_steps": fits,
+          "token_padding": 1 - real / spent, "flop_padding": 1 - useful / flops}
 
 
 def main(argv=None) -> int:
@@ -98,8 +136,25 @@ def main(argv=None) -> int:
         inputs, examples.AllSegmentExamples(inputs, family=family),
         args.batches)
   for name, waste in training.items():
-    print(f"training, {name} (first {args.batches} batches, unbucketed): "
+    print(f"training, {name} (first {args.batches} batches, padded rows): "
           f"{waste:.1%} padding")
+  unpadded = {}
+  if family == "cross" and config.train.get("unpadded", False):
+    from flax import nnx
+    bert = nnx.merge(ranker.trainer.graphdef, ranker.pretrained).encoder.config
+    builds = {f"{regime} train_step": examples.SegmentExamples(
+        inputs, regime, config.seed, negatives=config.goldp.negatives)
+              for regime in ("firstp", "maxp_all", "goldp")}
+    if config.best.get("theta0", "joint") == "joint":
+      # θ⁽⁰⁾'s rows; θ⁽¹⁾'s selected rows (1 in k_train) stay padded.
+      builds["best joint_step"] = examples.AllSegmentExamples(inputs)
+    for name, build in builds.items():
+      unpadded[name] = result = unpadded_padding(inputs, build, args.batches,
+                                                 config, bert)
+      print(f"training, {name} unpadded ({result['tokens']} "
+            f"tokens; {result['unpadded_steps']} of {result['batches']} "
+            f"batches fit): {result['token_padding']:.1%} of tokens, "
+            f"{result['flop_padding']:.1%} of FLOPs padding")
   num_candidates = sum(map(len, inputs.candidates["test"].values()))
   result = {"config": args.config, "overrides": args.config_overrides,
             "family": family, "max_len": max_len,
@@ -107,7 +162,7 @@ def main(argv=None) -> int:
             "test_pairs": len(pairs), "test_candidates": num_candidates,
             "test_queries": len(inputs.candidates["test"]),
             "scoring": scoring, "training_batches": args.batches,
-            "training": training}
+            "training": training, "training_unpadded": unpadded}
   print(f"{len(pairs)} test pairs ({num_candidates} first-stage candidates "
         f"of {result['test_queries']} queries, then gold pairs)")
   if args.json:
