@@ -93,6 +93,39 @@ def test_dropout_only_with_rngs(attention_block):
       np.asarray(no_dropout(ids, mask, types)), atol=1e-5)
 
 
+@pytest.mark.parametrize("dropout", [None, 3])
+def test_unpadded_encoding_equals_the_padded_one(dropout):
+  """`first_unpadded` of rows `[U, n, L]` (dense layers on a stream of each
+  unit's real tokens) gives the padded encoder's [CLS] states, with the same
+  dropout draws when training; an empty row stays finite, and a unit whose
+  tokens do not fit the stream is NaN, never silently truncated."""
+  encoder = BertEncoder(BertConfig.tiny(), rngs=nnx.Rngs(0))
+  lengths = np.asarray([12, 7, 3, 0, 9, 12, 5, 1])
+  mask = np.arange(12) < lengths[:, None]
+  ids = np.random.default_rng(1).integers(1, 128, (8, 12)) * mask
+  types = (np.arange(12) >= 4) * mask
+  ids, mask, types = (jnp.asarray(x) for x in (ids, mask, types))
+  rngs = lambda: None if dropout is None else nnx.Rngs(dropout=dropout)  # pylint: disable=unnecessary-lambda-assignment
+  want = np.asarray(encoder(ids, mask, types, rngs=rngs(), first_only=True))
+  as_units = lambda x: x.reshape(2, 4, 12)  # pylint: disable=unnecessary-lambda-assignment
+  need = int(max(lengths[:4].sum(), lengths[4:].sum()))  # 27
+  got = np.asarray(encoder.first_unpadded(
+      as_units(ids), as_units(mask), as_units(types), tokens=need,
+      rngs=rngs()))
+  valid = lengths > 0
+  np.testing.assert_allclose(got[valid], want[valid], atol=2e-5)
+  assert np.isfinite(got).all()
+  if dropout is not None:  # Training draws differ from evaluation's.
+    evaluation = np.asarray(encoder(ids, mask, types, first_only=True))
+    assert np.abs(got - evaluation)[valid].max() > 1e-2
+  short = np.asarray(encoder.first_unpadded(
+      as_units(ids), as_units(mask), as_units(types), tokens=need - 1,
+      rngs=rngs()))
+  assert np.isnan(short[4:]).all()                 # 27 tokens > 26
+  np.testing.assert_allclose(short[:4][valid[:4]], want[:4][valid[:4]],
+                             atol=2e-5)            # 22 tokens fit
+
+
 def test_train_step_pattern_under_jit():
   """split once, merge inside jit, dropout keys from fold_in: grads finite."""
   model = CrossEncoderRanker(BertConfig.tiny(), rngs=nnx.Rngs(0))

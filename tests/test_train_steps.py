@@ -163,15 +163,15 @@ def _masked_batch():
   return batch
 
 
-def _trainer(accumulation_steps):
+def _trainer(accumulation_steps, dropout=0.0):
   config = tiny_config()
   config.train.accumulation_steps = accumulation_steps
   config.optimizer.warmup_steps = 0
   # eps = 1 makes AdamW's first update ~ -lr * gradient (not ~ -lr * sign),
   # so parameters after one step compare the gradients' values.
   config.optimizer.eps = 1.0
-  model_config = BertConfig.tiny(num_layers=1, hidden_dropout=0.0,
-                                 attention_dropout=0.0)
+  model_config = BertConfig.tiny(num_layers=1, hidden_dropout=dropout,
+                                 attention_dropout=dropout)
   mesh = sharding.make_mesh((1, 1), ("data", "model"), jax.devices()[:1])
   return trainer_lib.build_trainer(
       lambda rngs: CrossEncoderRanker(model_config, rngs=rngs), config, mesh)
@@ -296,13 +296,15 @@ def test_gradient_accumulation_equals_one_large_batch():
   np.testing.assert_allclose(metrics_1["loss"], expected, rtol=1e-6)
 
 
-@pytest.mark.parametrize("accumulation_steps", [1, 4])
-def test_unpadded_step_equals_the_padded_step(accumulation_steps):
+@pytest.mark.parametrize("accumulation_steps,dropout",
+                         [(1, 0.0), (4, 0.0), (4, 0.1)])
+def test_unpadded_step_equals_the_padded_step(accumulation_steps, dropout):
   """`tokens` (static) encodes each micro-batch's rows as one stream: the
-  same update as padded rows. `UnpaddedSteps` runs it when the batch's
-  largest unit fits, the padded step when one token more is needed."""
+  same update as padded rows, dropout included. `UnpaddedSteps` runs it
+  when the batch's largest unit fits, the padded step when one token more
+  is needed."""
   batch = _masked_batch()
-  trainer = _trainer(accumulation_steps)
+  trainer = _trainer(accumulation_steps, dropout)
   need = max(batch["attention_mask"][j::accumulation_steps].sum()
              for j in range(accumulation_steps))
   assert need < batch["attention_mask"].size / accumulation_steps
@@ -322,12 +324,17 @@ def test_unpadded_step_equals_the_padded_step(accumulation_steps):
       np.testing.assert_allclose(metrics[name], padded[name], rtol=1e-5)
     for a, b in zip(jax.tree.leaves(padded_params), jax.tree.leaves(params)):
       np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-8)
-  # Unpadded with too few tokens loses tokens: a different update.
-  state, _ = trainer.train_step(trainer.init(0), trainer.put(batch),
-                                int(need) // 2)
-  assert not all(np.allclose(b, a, rtol=1e-5, atol=1e-8) for a, b in zip(
-      jax.tree.leaves(padded_params),
-      jax.tree.leaves(jax.device_get(state.params))))
+  # Called with too few tokens, the step is not finite: the guarded update
+  # skips it instead of training on truncated rows.
+  start = trainer.init(0)
+  start_params = jax.device_get(start.params)  # `start` is donated.
+  state, metrics = trainer.train_step(start, trainer.put(batch),
+                                      int(need) // 2)
+  assert not np.isfinite(jax.device_get(metrics["loss"]))
+  assert int(state.nonfinite_step) == 0
+  for a, b in zip(jax.tree.leaves(start_params),
+                  jax.tree.leaves(jax.device_get(state.params))):
+    np.testing.assert_array_equal(a, b)
 
 
 def test_units_follow_micro_batches_and_shards():

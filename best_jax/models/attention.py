@@ -58,14 +58,35 @@ def keep_mask(key: jax.Array, shape: tuple[int, ...], rate: float, *,
     pair = iota(0) + jnp.asarray(pairs[0], jnp.uint32)
     outer = pair // jnp.uint32(heads)
     inner += (pair % jnp.uint32(heads)) * jnp.uint32(per_pair)
+  return _draws(key, inner, outer, last) >= jnp.uint16(threshold)
+
+
+def keep_mask_at(key: jax.Array, rows: jax.Array, positions: jax.Array,
+                 features: int, rate: float) -> jax.Array:
+  """`keep_mask(key, (R, L, features), rate)[rows, positions]`, drawn for
+  those (row, position) pairs alone: `[*rows.shape, features]`. An unpadded
+  stream's tokens (`models.unpadding`) drop what the padded rows would."""
+  threshold = round(rate * 2 ** _DROPOUT_BITS)
+  if threshold == 0:
+    return jnp.ones((*rows.shape, features), bool)
+  blocks = -(-features // 4)
+  inner = (positions.astype(jnp.uint32)[..., None] * jnp.uint32(blocks)
+           + jnp.arange(blocks, dtype=jnp.uint32))
+  outer = jnp.broadcast_to(rows.astype(jnp.uint32)[..., None], inner.shape)
+  return _draws(key, inner, outer, features) >= jnp.uint16(threshold)
+
+
+def _draws(key: jax.Array, inner: jax.Array, outer: jax.Array,
+           last: int) -> jax.Array:
+  """16-bit uniforms from threefry counters `[..., blocks]`, four per block,
+  the last axis cut to `last`."""
   if str(jax.random.key_impl(key)) == "threefry2x32":
     k1, k2 = jax.random.key_data(key)
   else:  # Another implementation seeds a threefry key.
     k1, k2 = jax.random.bits(key, (2,), jnp.uint32)
   words = jnp.stack(threefry2x32_p.bind(k1, k2, inner, outer), axis=-1)
   draws = jax.lax.bitcast_convert_type(words, jnp.uint16)  # [..., n, 2, 2]
-  draws = draws.reshape(*lead, -1)[..., :last]
-  return draws >= jnp.uint16(threshold)
+  return draws.reshape(*inner.shape[:-1], -1)[..., :last]
 
 
 # Blocked attention: pairs per block, from the scores' size (float32), kept to

@@ -35,7 +35,8 @@ from flax import nnx
 
 from best_jax.errors import InputError
 from best_jax.models.attention import (attention, attention_plan,
-                                       blocked_attention, keep_mask)
+                                       blocked_attention, keep_mask,
+                                       keep_mask_at)
 from best_jax.models.unpadding import Unpadding
 
 Axes = tuple[str | None, ...]
@@ -155,11 +156,17 @@ def _layer_norm(config: BertConfig, rngs: nnx.Rngs) -> nnx.LayerNorm:
       rngs=rngs)
 
 
-def dropout(x: jax.Array, rate: float, rngs: nnx.Rngs | None) -> jax.Array:
-  """Inverted dropout, active only when `rngs` is given."""
+def dropout(x: jax.Array, rate: float, rngs: nnx.Rngs | None,
+            sites: tuple[jax.Array, jax.Array] | None = None) -> jax.Array:
+  """Inverted dropout, active only when `rngs` is given. `x` is `[R, L, d]`
+  rows, or with `sites` (each token's row and position in such rows) an
+  unpadded stream, dropped as those rows would be."""
   if rngs is None or rate == 0.0:
     return x
-  keep = keep_mask(rngs.dropout(), x.shape, rate)
+  if sites is None:
+    keep = keep_mask(rngs.dropout(), x.shape, rate)
+  else:
+    keep = keep_mask_at(rngs.dropout(), *sites, x.shape[-1], rate)
   return jnp.where(keep, x / (1.0 - rate), 0).astype(x.dtype)
 
 
@@ -206,9 +213,10 @@ class Embeddings(nnx.Module):
     self.norm = _layer_norm(config, rngs)
 
   def __call__(self, input_ids_bl, token_type_ids_bl, rngs=None, *,
-               positions_bl=None, length=None) -> jax.Array:
-    """Embeds `[..., length]` ids at positions 0, 1, …, or at
-    `positions_bl` (an unpadded stream's, from rows of `length`)."""
+               sites=None, length=None) -> jax.Array:
+    """Embeds `[..., length]` ids at positions 0, 1, …, or an unpadded
+    stream's ids from rows of `length`, each at its `sites` (row,
+    position)."""
     length = input_ids_bl.shape[-1] if length is None else length
     if length > self.config.max_position_embeddings:
       raise InputError(f"sequence length {length} exceeds the model's "
@@ -216,11 +224,11 @@ class Embeddings(nnx.Module):
     dtype = self.config.dtype
     words_bld = _lookup(self.word.embedding, input_ids_bl)
     types_bld = _lookup(self.token_type.embedding, token_type_ids_bl)
-    positions_bld = (self.position.embedding[:length] if positions_bl is None
-                     else _lookup(self.position.embedding, positions_bl))
+    positions_bld = (self.position.embedding[:length] if sites is None
+                     else _lookup(self.position.embedding, sites[1]))
     x_bld = (words_bld.astype(dtype) + types_bld.astype(dtype)
              + positions_bld.astype(dtype))
-    return dropout(self.norm(x_bld), self.config.hidden_dropout, rngs)
+    return dropout(self.norm(x_bld), self.config.hidden_dropout, rngs, sites)
 
 
 class SelfAttention(nnx.Module):
@@ -347,23 +355,25 @@ class Layer(nnx.Module):
       x_bld = x_bld[:, :1]
     return self._feed_forward(self.attention_norm(x_bld + attended_bld), rngs)
 
-  def _feed_forward(self, x_bld, rngs) -> jax.Array:
+  def _feed_forward(self, x_bld, rngs, sites=None) -> jax.Array:
     rate = self.config.hidden_dropout
     inner_blm = jax.nn.gelu(self.intermediate(x_bld), approximate=False)
     out_bld = self.output(inner_blm, out_sharding=_batch_sharded(inner_blm, 1))
-    out_bld = dropout(out_bld, rate, rngs)
+    out_bld = dropout(out_bld, rate, rngs, sites)
     return self.output_norm(x_bld + out_bld)
 
   def unpadded(self, x_utd, unpadding: Unpadding, mask_bl, rngs=None, *,
                first_un=None) -> jax.Array:
     """`__call__` on an unpadded stream `[U, T, d]`; with `first_un`, only
     each row's first token `[U, n, d]` (see `SelfAttention.unpadded`)."""
+    sites = unpadding.sites(first=first_un is not None)
     attended = dropout(self.attention.unpadded(x_utd, unpadding, mask_bl, rngs,
                                                first_un=first_un),
-                       self.config.hidden_dropout, rngs)
+                       self.config.hidden_dropout, rngs, sites)
     if first_un is not None:
       x_utd = unpadding.take(x_utd, first_un)
-    return self._feed_forward(self.attention_norm(x_utd + attended), rngs)
+    return self._feed_forward(self.attention_norm(x_utd + attended), rngs,
+                              sites)
 
 
 class BertEncoder(nnx.Module):
@@ -405,18 +415,21 @@ class BertEncoder(nnx.Module):
                      rngs: nnx.Rngs | None = None) -> jax.Array:
     """`__call__(first_only=True)` of rows `[U, n, L]` (U units, e.g. data
     shards), computed unpadded (`models.unpadding`): every layer's dense
-    parts run on a stream of `tokens` per unit, attention on the rows.
-    Every unit's real tokens must fit in `tokens`. Returns `[U·n, hidden]`.
+    parts run on a stream of `tokens` per unit, attention on the rows, with
+    the padded encoder's dropout draws. Returns `[U·n, hidden]`; the rows
+    of a unit whose real tokens do not fit in `tokens` are NaN.
     """
     units, rows, length = input_ids.shape
     unpadding = Unpadding.of(attention_mask, tokens)
     flat = lambda x: x.reshape(units, rows * length)  # pylint: disable=unnecessary-lambda-assignment
     x_utd = self.embeddings(unpadding.unpad(flat(input_ids)),
                             unpadding.unpad(flat(token_type_ids)), rngs,
-                            positions_bl=unpadding.positions_ut, length=length)
+                            sites=unpadding.sites(), length=length)
     mask_bl = attention_mask.reshape(units * rows, length).astype(bool)
     last = len(self.layers) - 1
     for i, layer in enumerate(self.layers):
       x_utd = layer.unpadded(x_utd, unpadding, mask_bl, rngs,
                              first_un=unpadding.first_un if i == last else None)
-    return x_utd.reshape(units * rows, -1)
+    fits_u11 = (jnp.sum(attention_mask.astype(jnp.int32), axis=(1, 2))
+                <= tokens)[:, None, None]
+    return jnp.where(fits_u11, x_utd, jnp.nan).reshape(units * rows, -1)

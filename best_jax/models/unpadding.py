@@ -9,9 +9,11 @@ unpadding). A unit is the rows one data shard holds, so nothing moves
 between devices.
 
 A stream slot past a unit's last real token is empty (zeros), and a row's
-padding comes back as zeros. The caller guarantees that every unit's real
-tokens fit in T (`train.token_budget.UnpaddedSteps` checks each batch on the
-host); tokens past T would be lost.
+padding comes back as zeros. Each token draws its dropout as in its padded
+row (`sites`), so the encoding equals the padded one up to float rounding.
+Every unit's real tokens must fit in T (`train.token_budget.UnpaddedSteps`
+checks each batch on the host; the encoder gives NaN for a unit that does
+not fit, never a silently truncated row).
 """
 
 from __future__ import annotations
@@ -54,6 +56,18 @@ class Unpadding:
   def positions_ut(self) -> jax.Array:
     """Each stream token's position in its row (its position embedding)."""
     return self.stream_ut % self.length
+
+  def sites(self, first: bool = False) -> tuple[jax.Array, jax.Array]:
+    """(row, position) in the padded rows `[U·n, L]` of each stream token
+    `[U, T]` (with `first`, of each row's first token `[U, n]`): where its
+    dropout draws come from (`attention.keep_mask_at`), so that a token is
+    dropped exactly as in the padded encoder."""
+    units = self.stream_ut.shape[0]
+    first_row_u1 = jnp.arange(units, dtype=jnp.int32)[:, None] * self.rows
+    if first:
+      rows_un = first_row_u1 + jnp.arange(self.rows, dtype=jnp.int32)
+      return rows_un, jnp.zeros_like(rows_un)
+    return first_row_u1 + self.stream_ut // self.length, self.positions_ut
 
   @property
   def first_un(self) -> jax.Array:
