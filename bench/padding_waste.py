@@ -62,8 +62,8 @@ def training_padding(inputs, build, num_batches: int) -> float:
 
 def unpadded_padding(inputs, build, num_batches: int, config, bert) -> dict:
   """Token and FLOP padding of the first `num_batches` batches as the
-  unpadded `train_step` encodes them (one unit: one device, no
-  accumulation, as `:cpu`), with the budget `best_jax train` chooses."""
+  unpadded `train_step` encodes them on one device (a unit per
+  micro-batch), with the budget `best_jax train` chooses."""
   from best_jax.experiment.examples import GroupExamples
   from best_jax.train import token_budget
   examples = GroupExamples(inputs.schedule, build)
@@ -81,7 +81,9 @@ def unpadded_padding(inputs, build, num_batches: int, config, bert) -> dict:
     length = masks.shape[-1]
     lengths = masks.reshape(-1, length).sum(-1)
     need = int(lengths.sum())
-    fit = tokens is not None and need <= tokens * steps
+    units = token_budget.unit_of_examples(len(batch), steps, 1)
+    per_unit = np.bincount(units, masks.reshape(len(batch), -1).sum(-1))
+    fit = tokens is not None and per_unit.max() <= tokens  # the product's rule
     fits += fit
     encoded = tokens * steps if fit else masks.size
     real += need

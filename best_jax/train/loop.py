@@ -206,8 +206,11 @@ def fit(name: str, state: Any, step_fn: Callable, batches, *, num_steps: int,
       selected = []
       if at_log:
         values = jax.device_get(pending)
-        entry = {k: float(np.mean([v[k] for v in values], dtype=np.float64))
-                 for k in values[0]}
+        # A step resumed from a checkpoint may lack a metric that the steps
+        # after it report (e.g. `unpadded`): each is averaged where present.
+        names = dict.fromkeys(k for v in values for k in v)
+        entry = {k: float(np.mean([v[k] for v in values if k in v],
+                                  dtype=np.float64)) for k in names}
         history.append({"step": step, **entry})
         bar.set_postfix(loss=f"{entry['loss']:.4f}")
         pending = []
