@@ -138,11 +138,12 @@ def test_joint_step_accumulates_micro_batches_like_one_batch():
 
 def test_unpadded_joint_step_equals_the_padded_one():
   """θ⁽⁰⁾'s segment rows as one stream (`tokens` = the batch's real
-  tokens): with dropout off, the same losses, selections and updates."""
+  tokens), a missing segment's row holding none: the same losses,
+  selections and updates, dropout included."""
   config = tiny_config()
   config.optimizer.warmup_steps = 0
-  model_config = BertConfig.tiny(num_layers=1, hidden_dropout=0.0,
-                                 attention_dropout=0.0)
+  model_config = BertConfig.tiny(num_layers=1, hidden_dropout=0.1,
+                                 attention_dropout=0.1)
   mesh = make_mesh((1, 1), ("data", "model"), jax.devices()[:1])
   trainer = build_trainer(
       lambda rngs: CrossEncoderRanker(model_config, rngs=rngs), config, mesh)
@@ -155,6 +156,9 @@ def test_unpadded_joint_step_equals_the_padded_one():
                token_type_ids=np.zeros(shape, np.int32),
                labels=np.tile(np.float32([1, 0]), (4, 1)),
                mask=np.ones(shape[:3], bool), example_mask=np.ones(4, bool))
+  for b, g, segment in ((0, 1, 2), (2, 0, 1), (2, 0, 2)):  # missing segments
+    batch["mask"][b, g, segment] = False
+    batch["attention_mask"][b, g, segment] = False
   need = int(batch["attention_mask"].sum())
   assert need < batch["attention_mask"].size
   out = {}

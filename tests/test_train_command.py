@@ -73,6 +73,15 @@ def test_work_recorded_before_a_setting_changed_meaning_still_resumes():
   assert checks.stale_keys(current, without) == []
   assert checks.stale_keys(dict(current, **{"qds.head": "linear"}),
                            without) == ["qds.head: 'linear' -> 'paper'"]
+  # Before 92ac1a8 the dev/test questions were drawn with the run's seed:
+  # a seed-0 record is the same subsample, a seed-1 record is not.
+  config = load_config("configs/squad_longdoc.py:cpu")
+  current = checks.fingerprint(config, "maxp")
+  assert current["data.subsample_seed"] == 0
+  before = {k: v for k, v in current.items() if k != "data.subsample_seed"}
+  assert checks.stale_keys(before, current) == []
+  assert checks.stale_keys(dict(before, seed=1), dict(current, seed=1)) == [
+      "data.subsample_seed: 1 -> 0"]
 
 
 def _runs(workdir):

@@ -69,6 +69,8 @@ def fingerprint(config: ml_collections.ConfigDict, regime: str
   settings = {key: value for key, value in _flat(config.to_dict()).items()
               if not key.startswith(_NOT_MODEL) and not key.startswith(
                   tuple(others))}
+  # The dev questions pick each stage's best checkpoint.
+  settings["data.subsample_seed"] = config.data.get("seed", 0)
   if config.train.get("fixed_order_reduction", False):
     mesh = sharding_lib.make_mesh(config.mesh.shape, config.mesh.axis_names)
     settings["train.data_shards"] = sharding_lib.batch_multiple(
@@ -77,9 +79,11 @@ def fingerprint(config: ml_collections.ConfigDict, regime: str
 
 
 # Settings added after work directories were recorded, with the value that
-# such a directory was trained with.
+# such a directory was trained with (a function of its other settings: the
+# dev/test subsample was drawn with the run's seed before 92ac1a8).
 _ADDED = {"best.theta0": "joint", "segments.unit": "window",
-          "train.fixed_order_reduction": False, "qds.head": "paper"}
+          "train.fixed_order_reduction": False, "qds.head": "paper",
+          "data.subsample_seed": lambda recorded: recorded.get("seed", 0)}
 
 
 def stale_keys(recorded: dict[str, Any], current: dict[str, Any]
@@ -90,10 +94,10 @@ def stale_keys(recorded: dict[str, Any], current: dict[str, Any]
   recorded = {k: v for k, v in recorded.items() if not k.startswith(_NOT_MODEL)}
   current = dict(current)
   for key, value in _ADDED.items():
-    if key in current:
-      recorded.setdefault(key, value)
-    elif key in recorded:
-      current[key] = value
+    if key in current and key not in recorded:
+      recorded[key] = value(recorded) if callable(value) else value
+    elif key in recorded and key not in current:
+      current[key] = value(current) if callable(value) else value
   keys = sorted(set(recorded) | set(current))
   return [f"{k}: {recorded.get(k, '(unset)')!r} -> {current.get(k, '(unset)')!r}"
           for k in keys if recorded.get(k) != current.get(k)]

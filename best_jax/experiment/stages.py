@@ -134,7 +134,7 @@ class Stages:
           step_fn, tokens, steps=t.get("accumulation_steps", 1),
           shards=token_budget.data_shards(plan.batch_sharding))
       self.workdir.log(f"{plan.name}: rows encoded unpadded, {tokens} tokens "
-                       "per device and micro-batch")
+                       "per data shard and micro-batch")
     with InputPipeline(plan.examples, plan.features,
                        global_batch_size=t.batch_size,
                        sharding=plan.batch_sharding) as batches, Checkpointer(
@@ -149,7 +149,8 @@ class Stages:
     self.timings[f"train {plan.name}"] = time.time() - started
     if tokens:
       self.workdir.log(f"{plan.name}: {step_fn.unpadded} steps unpadded, "
-                       f"{step_fn.padded} padded (their rows did not fit)")
+                       f"{step_fn.padded} padded (their rows did not fit) "
+                       "in this process's run (since any resume)")
     self.workdir.log_process(f"{plan.name}: built {plan.examples.built} of "
                              f"{len(plan.examples)} training examples")
     params = dict(result.best_params)

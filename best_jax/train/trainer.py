@@ -8,7 +8,7 @@
                                    config.seed)
   state, metrics = trainer.train_step(state, trainer.put(batch))
   # rows encoded unpadded, `tokens` per unit (`train.token_budget`):
-  state, metrics = trainer.train_step(state, batch, tokens=1024)
+  state, metrics = trainer.train_step(state, trainer.put(batch), tokens=1024)
 
 Scoring with the same model: `best_jax.select.selection.SegmentScorer`.
 
