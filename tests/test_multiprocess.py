@@ -142,3 +142,24 @@ def test_the_train_command_imports_without_starting_jax():
           "assert not xb._backends, 'a JAX backend started at import'\n")
   subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True,
                  env=_env(8), timeout=300)
+
+
+def test_host_max_agrees_over_processes_without_the_devices():
+  """`HostMax` (the unpadded step's per-batch fit check) gives every process
+  the largest value, call after call, through the coordinator alone; two
+  instances keep their calls apart."""
+  code = ("import jax\n"
+          "from best_jax.train import distributed\n"
+          "distributed.maybe_initialize()\n"
+          "me = jax.process_index()\n"
+          "agree, other = distributed.HostMax(), distributed.HostMax()\n"
+          "got = [agree(v) for v in ([5, 1, 7, 12] if me else [3, 9, 7, 11])]\n"
+          "got.append(other(10 * me))\n"
+          "print('MAX', got)\n")
+  port = free_port()
+  children = [subprocess.Popen([sys.executable, "-c", code],
+                               env=_env(2, process, port), cwd=ROOT,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True) for process in range(2)]
+  for out, _ in _wait(children):
+    assert "MAX [5, 9, 7, 12, 10]" in out, out

@@ -19,12 +19,14 @@ Environment read here (all optional):
 In a multi-process job every process runs the same code; files are written by
 process 0 (`best_jax.train.workdir`), and what process 0 reads is handed to
 the others with `broadcast_json`, so every process makes the same decisions
-without reading files it did not write. Compiled code never branches on the
-process index.
+without reading files it did not write. Per-step decisions agree through
+`HostMax`, over the coordinator's key-value store rather than the devices.
+Compiled code never branches on the process index.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import os
@@ -32,6 +34,7 @@ from typing import Any
 
 import jax
 import numpy as np
+import orbax.checkpoint as ocp
 from jax.experimental import multihost_utils
 
 from best_jax.errors import InputError
@@ -43,6 +46,8 @@ _ENV_PROCESS_ID = "JAX_PROCESS_ID"
 _ENV_CPU_COLLECTIVES = "BEST_JAX_CPU_COLLECTIVES"
 
 _initialized = False
+_HOST_MAX_TIMEOUT_MS = 30 * 60 * 1000
+_host_max_names = itertools.count()
 
 
 def requested(enable: bool | None = None,
@@ -135,3 +140,32 @@ def broadcast_json(value: Any) -> Any:
   buffer[:len(data)] = data
   buffer = np.asarray(multihost_utils.broadcast_one_to_all(buffer))
   return json.loads(buffer.tobytes().decode())
+
+
+class HostMax:
+  """The largest of one integer per process, call after call; every process
+  makes the same calls in the same order.
+
+  The values travel through `jax.distributed`'s coordination service (set,
+  barrier, read): host only. A device collective (`process_allgather`) would
+  queue behind the steps already dispatched, so the host would wait for
+  each step to finish before dispatching the next. Process 0 deletes a
+  call's keys at the next call, once every process has read them.
+  """
+
+  def __init__(self):
+    self.prefix = f"best_jax/host_max/{next(_host_max_names)}"
+    self.calls = 0
+
+  def __call__(self, value: int) -> int:
+    if jax.process_count() == 1:
+      return int(value)
+    client = ocp.multihost.get_jax_distributed_client()
+    key = f"{self.prefix}/{self.calls}"
+    client.key_value_set(f"{key}/{jax.process_index()}", str(int(value)))
+    client.wait_at_barrier(key, _HOST_MAX_TIMEOUT_MS)
+    values = [int(v) for _, v in client.key_value_dir_get(key)]
+    if self.calls and is_main_process():
+      client.key_value_delete(f"{self.prefix}/{self.calls - 1}")
+    self.calls += 1
+    return max(values)

@@ -7,7 +7,8 @@ example's unit as `steps.micro_batches` and the batch sharding place it;
 the schedule (the T that would have encoded them in the fewest tokens),
 the same on every process because every process can build every example.
 `UnpaddedSteps` checks each batch on the host (its largest unit, agreed
-over the processes) and runs the step compiled for T, or, when the batch
+over the processes through the coordinator, never a device collective, so
+the steps still dispatch ahead) and runs the step compiled for T, or, when the batch
 does not fit, the padded step: T changes only the speed, never the result
 beyond float rounding. (A branch inside one compiled step would keep the
 residuals of both branches for the backward pass, which cost more than
@@ -26,7 +27,8 @@ from collections.abc import Callable, Iterable, Mapping
 
 import jax
 import numpy as np
-from jax.experimental import multihost_utils
+
+from best_jax.train import distributed
 
 # T is chosen from this many first batches, in multiples of MULTIPLE.
 SAMPLE_BATCHES = 16
@@ -73,9 +75,8 @@ def choose_tokens(batches: Iterable[list[Mapping[str, np.ndarray]]], *,
 
 
 def batch_need(mask: jax.Array, steps: int, shards: int) -> int:
-  """The largest unit's real tokens in a global batch's `attention_mask`
-  `[B, ...]`, read from this process's shards (a unit never spans two
-  devices) and agreed over the processes."""
+  """The largest unit's real tokens in this process's shards of a global
+  batch's `attention_mask` `[B, ...]` (a unit never spans two devices)."""
   size = mask.shape[0]
   units = unit_of_examples(size, steps, shards)
   need = 0
@@ -83,8 +84,6 @@ def batch_need(mask: jax.Array, steps: int, shards: int) -> int:
     rows = np.arange(size)[shard.index[0]]
     counts = np.asarray(shard.data).reshape(len(rows), -1).sum(1)
     need = max(need, int(np.bincount(units[rows], counts).max()))
-  if jax.process_count() > 1:
-    need = int(np.max(multihost_utils.process_allgather(np.int32(need))))
   return need
 
 
@@ -98,10 +97,11 @@ class UnpaddedSteps:
     self.step_fn, self.tokens = step_fn, tokens
     self.steps, self.shards = steps, shards
     self.unpadded = self.padded = 0
+    self.agreed_need = distributed.HostMax()
 
   def __call__(self, state, batch):
-    fits = batch_need(batch["attention_mask"], self.steps,
-                      self.shards) <= self.tokens
+    fits = self.agreed_need(batch_need(batch["attention_mask"], self.steps,
+                                       self.shards)) <= self.tokens
     state, metrics = self.step_fn(state, batch,
                                   self.tokens if fits else None)
     self.unpadded += fits
