@@ -11,6 +11,7 @@ from best_jax.data import trec
 from best_jax.data.corpus import Document, write_corpus
 from best_jax.experiment.cross_validation import CHOSEN, cross_validate
 from best_jax.experiment.datasets import synthetic_data
+from best_jax.train import best as best_lib
 from fakes import tiny_config
 
 
@@ -35,8 +36,12 @@ def _write_trec_files(directory):
 
 
 @pytest.mark.slow  # Three whole tiny experiments.
-def test_cross_validation_pools_held_out_folds(tmp_path):
+def test_cross_validation_pools_held_out_folds(tmp_path, monkeypatch):
   qids = _write_trec_files(str(tmp_path))
+  # The first fold stops BeST after iteration 2, the others go on to 3.
+  asked = []
+  monkeypatch.setattr(best_lib, "should_continue",
+                      lambda devs: asked.append(devs) or len(asked) > 1)
   path = lambda name: str(tmp_path / name)
   config = tiny_config()
   config.data = dict(
@@ -45,7 +50,7 @@ def test_cross_validation_pools_held_out_folds(tmp_path):
       cross_validate=True, topic_field="title", depth=20,
       corpus=path("corpus.jsonl"), ir_datasets="", max_queries=None)
   config.regimes = ("firstp", "maxp", "best")
-  config.best.max_iterations = 2
+  config.best.max_iterations = 3
   config.train.num_steps = 2
   config.train.eval_every = 2
   config.birch.enabled = True
@@ -67,5 +72,8 @@ def test_cross_validation_pools_held_out_folds(tmp_path):
   assert metrics["queries"][CHOSEN] == len(qids)
   # A system only some folds reached is never tested against full rows.
   partial = [s for s, f in metrics["folds_of"].items() if len(f) < 3]
+  assert set(partial) == {"BeST-3", "BeST-3 + BM25"}
+  assert metrics["folds_of"]["BeST-3"] == ["f1", "f2"]
+  assert metrics["queries"]["BeST-3"] < len(qids)
   assert not set(partial) & set(metrics["significance"])
   assert "p vs FirstP" in (tmp_path / "w" / "results.md").read_text()

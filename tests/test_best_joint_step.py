@@ -1,13 +1,17 @@
 """BeST's joint iteration-1 step on 8 fake devices: both parameter sets move,
 selection never picks padding, and an all-padded document is harmless."""
 
+import types
+
 import jax
 import numpy as np
 import pytest
 from flax import nnx
 
 from best_jax.models import BertConfig, CrossEncoderRanker
+from best_jax.experiment import plans
 from best_jax.train import best as best_lib
+from best_jax.train import steps as steps_lib
 from best_jax.config import load_config
 from best_jax.train.sharding import make_mesh
 from best_jax.train.trainer import build_trainer
@@ -107,9 +111,17 @@ def test_should_continue():
   assert not best_lib.should_continue([0.3, 0.3])
 
 
-def test_joint_step_accumulates_micro_batches_like_one_batch():
+def test_joint_step_accumulates_micro_batches_like_one_batch(monkeypatch):
   """`train.accumulation_steps` splits the joint step's batch into
   micro-batches whose sums equal one pass (dropout off: same numbers)."""
+  rows = []  # the examples each model pass sees, at trace time
+  batch_scores = steps_lib.batch_scores
+
+  def spy(model, micro, *args, **kwargs):
+    rows.append(micro["mask"].shape[0])
+    return batch_scores(model, micro, *args, **kwargs)
+
+  monkeypatch.setattr(steps_lib, "batch_scores", spy)
   config = tiny_config()
   config.optimizer.warmup_steps = 0
   # eps = 1 makes AdamW's first update ~ -lr * gradient (not ~ -lr * sign),
@@ -128,12 +140,32 @@ def test_joint_step_accumulates_micro_batches_like_one_batch():
     states = (trainer.init(5), trainer.init(6))
     states, metrics = step(states, trainer.put(host))
     out[k] = jax.device_get((states[0].params, states[1].params, metrics))
+    assert set(rows) == {len(host["mask"]) // k}, k  # θ0, its pick, θ1
+    rows.clear()
   (p0, p1, m1), (q0, q1, m4) = out[1], out[4]
   for name in ("loss0", "loss1", "grad_norm0", "grad_norm1"):
     np.testing.assert_allclose(m4[name], m1[name], rtol=1e-5)
   np.testing.assert_array_equal(m4["selected"], m1["selected"])
   for a, b in zip(jax.tree.leaves((p0, p1)), jax.tree.leaves((q0, q1))):
     np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
+
+
+def test_the_joint_plan_passes_the_configured_accumulation(monkeypatch):
+  """`train.accumulation_steps` reaches the joint step from the config."""
+  config = load_config("configs/tiny_cpu.py")
+  config.train.accumulation_steps = 4
+
+  class Built(Exception):
+    pass
+
+  def spy(trainer, loss, pairing, select_with_dropout, accumulation_steps):
+    del trainer, loss, pairing, select_with_dropout
+    raise Built(accumulation_steps)
+
+  monkeypatch.setattr(best_lib, "build_joint_step", spy)
+  with pytest.raises(Built) as built:
+    plans.joint_plan(config, None, types.SimpleNamespace(trainer=None), None)
+  assert built.value.args == (4,)
 
 
 def test_unpadded_joint_step_equals_the_padded_one():

@@ -238,6 +238,29 @@ def _long_text(num_sentences, seed=0):
                   for _ in range(num_sentences))
 
 
+def test_training_segments_cover_the_inference_span_and_stop_there():
+  """BeST's selection (iterations >= 2) sees the training segmentation: it
+  must cover exactly the span inference scores (`max_segments` windows),
+  no less (a gold passage there could never be selected) and no more."""
+  config = SegmenterConfig(max_len=40, max_query_len=4, max_title_len=4,
+                           min_len=5, k_train=30, max_segments=3)
+  segmenter = _segmenter(config)
+  docs = [(f"doc {i}", _long_text(40, seed=i)) for i in range(6)]
+  tokenized = segmenter.tokenize(docs)
+  infer = segmenter.segment_tokenized(tokenized)
+  train = segmenter.segment_tokenized(tokenized, training=True, seed=3)
+  assert (infer.num_segments_d == 3).all() and (infer.dropped_d > 0).all()
+  assert (train.dropped_d == 0).all()
+  for d in range(len(tokenized)):
+    span_end = int(infer.spans_ds2[d, 2, 1])
+    spans = train.spans_ds2[d, :train.num_segments_d[d]].tolist()
+    assert spans[0][0] == 0  # Character spans, consecutive up to spaces:
+    assert all(not docs[d][1][a[1]:b[0]].strip()
+               for a, b in zip(spans, spans[1:]))
+    assert spans[-1][0] < span_end <= spans[-1][1]  # Reaches it, then stops.
+    assert len(spans) > 3  # Random lengths: more, shorter segments.
+
+
 def test_training_keeps_k_leading_segments_with_seeded_lengths():
   config = SegmenterConfig(max_len=40, max_query_len=4, max_title_len=4,
                            min_len=5, k_train=4)

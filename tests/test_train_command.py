@@ -4,8 +4,10 @@ evaluates, writes runs with model scores, metrics and the report; a rerun
 resumes an interrupted stage and writes byte-identical runs; bad configs,
 stale work directories and a non-finite loss stop with one line."""
 
+import collections
 import json
 import os
+import re
 import shutil
 
 import jax
@@ -19,6 +21,7 @@ from best_jax.errors import InputError
 from best_jax.evaluate import evidence
 from best_jax.experiment import checks
 from best_jax.experiment import examples as examples_lib
+from best_jax.experiment import inputs as inputs_lib
 from best_jax.experiment import evaluation
 from best_jax.experiment import models as models_lib
 from best_jax.experiment import run as run_lib
@@ -163,6 +166,11 @@ def test_train_end_to_end_resume_and_pretrained_restarts(tmp_path,
   assert set(starts) == {"best2"}
   log = open(os.path.join(workdir, "log.txt")).read()
   assert "best2: resumed at step 2" in log
+  # tiny_cpu's 4 random-length training segments rarely reach the end of
+  # its 8 inference windows, and the log says so (with the k_train that
+  # would).
+  assert re.search(r"best1: WARNING \d+ of \d+ documents have more training "
+                   r"segments .* \(segments.k_train=\d+ would cover", log)
   assert _runs(workdir) == first
 
 
@@ -293,6 +301,15 @@ def test_goldp_trains_on_the_gold_segment_of_the_training_segmentation(
     return index
 
   monkeypatch.setattr(examples_lib, "gold_segment", spy)
+  spans = collections.defaultdict(dict)  # by width: None is GoldP's
+  getitem = inputs_lib.SegmentCache.__getitem__
+
+  def spy_segments(cache, docid):
+    doc = getitem(cache, docid)
+    spans[cache.width][docid] = doc.spans_s2.tolist()
+    return doc
+
+  monkeypatch.setattr(inputs_lib.SegmentCache, "__getitem__", spy_segments)
   workdir = str(tmp_path / "w")
   assert cli.main(["train", "--config", "configs/tiny_cpu.py", "--workdir",
                    workdir, "--config.regimes=['goldp']",
@@ -301,6 +318,14 @@ def test_goldp_trains_on_the_gold_segment_of_the_training_segmentation(
   assert seen
   assert all(evidence.overlaps(spans[i], gold) for spans, i, gold in seen)
   assert any(i > 0 for _, i, _ in seen)  # beyond the one inference segment
+  # The positives' segmentation is the negatives' one (random lengths, same
+  # seed), continued past the inference span: never the inference windows.
+  train = spans[4]  # tiny_cpu's k_train
+  shared = set(spans[None]) & set(train)
+  assert shared and set(spans) == {None, 1, 4}
+  for docid in shared:
+    assert spans[None][docid][:len(train[docid])] == train[docid]
+  assert any(len(spans[None][d]) > len(train[d]) for d in shared)
   with open(os.path.join(workdir, "metrics.json")) as f:
     p_at_1 = json.load(f)["segment_p_at_1"]
   # With one scored segment, the ceiling is the first segment's P@1.

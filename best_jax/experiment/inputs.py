@@ -73,7 +73,9 @@ class SegmentCache:
   """Documents segmented when first needed, one way (`training`/`keep_all`
   as in `Segmenter.segment_tokenized`), each document seeded by its docid.
   With `capacity`, at most that many documents are kept (the least
-  recently used go first, never those of the current `prepare`)."""
+  recently used go first, never those of the current `prepare`).
+  `dropped` maps each document segmented so far whose segments went past
+  the cap to how many did (`SegmentBatch.dropped_d`)."""
 
   def __init__(self, segmenter: Segmenter,
                documents: Mapping[str, tuple[str, str]], *, training: bool,
@@ -88,6 +90,7 @@ class SegmentCache:
     self._capacity = capacity
     self._cache: collections.OrderedDict[str, DocumentSegments] = (
         collections.OrderedDict())
+    self.dropped: dict[str, int] = {}
 
   @property
   def width(self) -> int | None:
@@ -121,6 +124,8 @@ class SegmentCache:
           self._cache[docid] = DocumentSegments(
               batch.tokens_dsl[i, :count], batch.mask_dsl[i, :count],
               batch.spans_ds2[i, :count])
+          if batch.dropped_d[i]:
+            self.dropped[docid] = int(batch.dropped_d[i])
         bar.update(len(part))
     while self._capacity and len(self._cache) > max(self._capacity,
                                                     len(wanted)):

@@ -37,7 +37,7 @@ from best_jax.experiment import fusion
 from best_jax.experiment import plans
 from best_jax.experiment import regimes
 from best_jax.experiment.birch import birch_run
-from best_jax.experiment.inputs import build_inputs
+from best_jax.experiment.inputs import Inputs, build_inputs
 from best_jax.experiment.models import build_ranker
 from best_jax.experiment.qds import qds_ranker
 from best_jax.experiment.stages import Stage, Stages
@@ -119,6 +119,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str
     if joint:
       stage = stages.train(plans.joint_plan(config, inputs, family,
                                             evaluator((agg,))), like)
+      _log_uncovered_span(out, inputs, "best1")
       histories["BeST-1"] = stage.history
       positions["BeST-1 (θ0 argmax)"] = stage.positions
       if config.best.get("evaluate_theta0", True):
@@ -134,6 +135,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str
         chosen, built = plans.select_segments(inputs, family, selector, name)
         out.log_process(f"select ({name}): built {built[0]} of {built[1]} "
                         "rows")
+        _log_uncovered_span(out, inputs, name)
         stage = stages.train(plans.segment_plan(
             name, "best", config, inputs, family, evaluator((agg,)),
             selected=chosen), like)
@@ -242,3 +244,18 @@ def _write_explain_inputs(out: Workdir, inputs) -> None:
                   "answers": {f"{q}\t{d}": [list(a) for a in g.answers]
                               for (q, d), g in test.gold.items()}},
                  "explain", "documents.json")
+
+
+def _log_uncovered_span(out: Workdir, inputs: Inputs, name: str) -> None:
+  """Says when BeST's training segmentation (`k_train` random-length
+  segments) stops short of the span inference scores (`max_segments`
+  windows, or the whole document): selection never sees the rest."""
+  segments = inputs.train_segments
+  if not segments.dropped:
+    return
+  k = segments.segmenter.config.k_train
+  out.log(f"{name}: WARNING {len(segments.dropped)} of {len(segments)} "
+          f"documents have more training segments in the span inference "
+          f"scores than segments.k_train={k}; BeST never trains on or selects "
+          f"the rest (segments.k_train="
+          f"{k + max(segments.dropped.values())} would cover them all)")
