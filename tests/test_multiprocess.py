@@ -149,8 +149,12 @@ def test_host_max_agrees_over_processes_without_the_devices():
   the largest value, call after call, through the coordinator alone; two
   instances keep their calls apart."""
   code = ("import jax\n"
+          "from jax.experimental import multihost_utils\n"
           "from best_jax.train import distributed\n"
           "distributed.maybe_initialize()\n"
+          "def no_devices(*args, **kwargs):\n"
+          "  raise AssertionError('HostMax used a device collective')\n"
+          "multihost_utils.process_allgather = no_devices\n"
           "me = jax.process_index()\n"
           "agree, other = distributed.HostMax(), distributed.HostMax()\n"
           "got = [agree(v) for v in ([5, 1, 7, 12] if me else [3, 9, 7, 11])]\n"

@@ -468,3 +468,27 @@ def test_segment_cache_keeps_the_most_recent_documents():
   assert sorted(cache._cache) == ["a", "b", "d"]  # pylint: disable=protected-access
   assert cache["b"].count == SegmentCache(
       _segmenter(), documents, training=False)["b"].count
+
+
+def test_segment_cache_counts_training_segments_past_k_train():
+  """`SegmentCache.dropped` (what BeST's log warns about) holds, per
+  document, the training segments in the inference span past `k_train`;
+  `k_train` + the largest of them covers every such document."""
+  config = SegmenterConfig(max_len=40, max_query_len=4, max_title_len=4,
+                           min_len=5, k_train=3, max_segments=4)
+  documents = {f"d{i}": (f"doc {i}", _long_text(8 + 6 * i, seed=i))
+               for i in range(5)}
+  cache = SegmentCache(_segmenter(config), documents, training=True, seed=2)
+  cache.prepare(list(documents))
+  wide = SegmentCache(_segmenter(dataclasses.replace(config, k_train=99)),
+                      documents, training=True, seed=2)
+  counts = {d: wide[d].count for d in documents}
+  assert cache.dropped == {d: n - 3 for d, n in counts.items() if n > 3}
+  assert cache.dropped and len(cache.dropped) < len(documents)
+  covering = 3 + max(cache.dropped.values())
+  enough = SegmentCache(
+      _segmenter(dataclasses.replace(config, k_train=covering)), documents,
+      training=True, seed=2)
+  enough.prepare(list(documents))
+  assert not enough.dropped
+  assert all(enough[d].count == counts[d] for d in documents)

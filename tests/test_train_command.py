@@ -169,8 +169,9 @@ def test_train_end_to_end_resume_and_pretrained_restarts(tmp_path,
   # tiny_cpu's 4 random-length training segments rarely reach the end of
   # its 8 inference windows, and the log says so (with the k_train that
   # would).
-  assert re.search(r"best1: WARNING \d+ of \d+ documents have more training "
-                   r"segments .* \(segments.k_train=\d+ would cover", log)
+  assert re.search(r"best1: WARNING \d+ of the \d+ documents segmented so far "
+                   r"\(by this process\) have more training segments .* "
+                   r"\(segments.k_train=\d+ would cover these\)", log)
   assert _runs(workdir) == first
 
 

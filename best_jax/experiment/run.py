@@ -254,8 +254,8 @@ def _log_uncovered_span(out: Workdir, inputs: Inputs, name: str) -> None:
   if not segments.dropped:
     return
   k = segments.segmenter.config.k_train
-  out.log(f"{name}: WARNING {len(segments.dropped)} of {len(segments)} "
-          f"documents have more training segments in the span inference "
-          f"scores than segments.k_train={k}; BeST never trains on or selects "
-          f"the rest (segments.k_train="
-          f"{k + max(segments.dropped.values())} would cover them all)")
+  out.log(f"{name}: WARNING {len(segments.dropped)} of the {len(segments)} "
+          "documents segmented so far (by this process) have more training "
+          "segments in the span inference scores than segments.k_train="
+          f"{k}; BeST never trains on or selects the rest (segments.k_train="
+          f"{k + max(segments.dropped.values())} would cover these)")

@@ -34,7 +34,7 @@ from typing import Any
 
 import jax
 import numpy as np
-import orbax.checkpoint as ocp
+from jax._src import distributed as jax_distributed  # The coordination client.
 from jax.experimental import multihost_utils
 
 from best_jax.errors import InputError
@@ -160,7 +160,8 @@ class HostMax:
   def __call__(self, value: int) -> int:
     if jax.process_count() == 1:
       return int(value)
-    client = ocp.multihost.get_jax_distributed_client()
+    # JAX exposes no public handle on the client; orbax reads it the same way.
+    client = jax_distributed.global_state.client
     key = f"{self.prefix}/{self.calls}"
     client.key_value_set(f"{key}/{jax.process_index()}", str(int(value)))
     client.wait_at_barrier(key, _HOST_MAX_TIMEOUT_MS)
