@@ -4,8 +4,8 @@
     python bench/score_vs_torch.py --json bench/results/score_vs_torch.json
 
 What runs on the best_jax side is what `best_jax train` runs: a `Trainer`
-built by `trainer.build_trainer` from a real config (default
-`configs/squad_longdoc.py:runlocal`: its optimizer — AdamW with warmup/decay,
+built by `trainer.build_trainer` from a real cross-encoder config (default
+`configs/squad_longdoc.py:cpu`: its optimizer — AdamW with warmup/decay,
 weight-decay mask and clipping —, its loss, mesh and sharding rules, the
 checkpoint's dropout), the jitted, donated `train_step` on `trainer.put`
 batches, and the scorer's jitted step `selection.build_score_into` (what
@@ -50,7 +50,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-DEFAULT_CONFIG = os.path.join(ROOT, "configs", "squad_longdoc.py") + ":runlocal"
+DEFAULT_CONFIG = os.path.join(ROOT, "configs", "squad_longdoc.py") + ":cpu"
 # Shapes of the random reference checkpoints (Hugging Face config names).
 RANDOM_BERTS = {
     "base": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
@@ -189,6 +189,13 @@ class Product:
 
     self.config = load_config(config_spec)
     config = self.config
+    if (config.ranker.get("kind", "cross") != "cross"
+        or config.train.loss != "pairwise_hinge"):
+      raise SystemExit(
+          f"{config_spec}: the reference side is a cross-encoder trained "
+          "with the pairwise hinge; use a config with ranker.kind='cross' "
+          "and train.loss='pairwise_hinge' (e.g. the default "
+          f"{DEFAULT_CONFIG})")
     self.checkpoint = checkpoint_dir(
         checkpoint or config.ranker.get("checkpoint") or "minilm-l6")
     overrides = dict(config.ranker.get("overrides", {}) or {})
@@ -217,6 +224,9 @@ class Product:
         "optimizer": self.config.optimizer.to_dict(),
         "loss": self.config.train.loss,
         "accumulation_steps": self.config.train.get("accumulation_steps", 1),
+        # The rows here are nearly all full, so the padded step runs
+        # (`train.unpadded` gains nothing on them; bench/unpadded_step.py).
+        "train_step": "padded",
         "mesh": dict(self.trainer.mesh.shape),
         "model": {k: str(v) for k, v in vars(c).items()},
         "attention_block_chosen": plans,
