@@ -37,7 +37,7 @@ import machine  # noqa: E402  pylint: disable=g-import-not-at-top,wrong-import-p
 
 from best_jax.data.files import atomic_write  # noqa: E402
 from best_jax.models import sparse_attention as sa  # noqa: E402
-from best_jax.models.bert import BertConfig  # noqa: E402
+from best_jax.models.bert_config import BertConfig  # noqa: E402
 from best_jax.models.qds import QdsConfig, QdsEncoder  # noqa: E402
 
 GIB = 2.0 ** 30

@@ -81,9 +81,10 @@ def unpadded_padding(inputs, build, num_batches: int, config, bert) -> dict:
     length = masks.shape[-1]
     lengths = masks.reshape(-1, length).sum(-1)
     need = int(lengths.sum())
-    units = token_budget.unit_of_examples(len(batch), steps, 1)
-    per_unit = np.bincount(units, masks.reshape(len(batch), -1).sum(-1))
-    fit = tokens is not None and per_unit.max() <= tokens  # the product's rule
+    fit = (tokens is not None  # the product's rule: every unit fits
+           and token_budget.largest_unit(
+               masks, token_budget.unit_of_examples(len(batch), steps, 1))
+           <= tokens)
     fits += fit
     encoded = tokens * steps if fit else masks.size
     real += need

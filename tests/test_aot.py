@@ -12,7 +12,7 @@ from flax import nnx
 from best_jax import cli
 from best_jax.errors import InputError
 from best_jax.experiment import aot
-from best_jax.models.bert import BertConfig
+from best_jax.models.bert_config import BertConfig
 from best_jax.models.ranker import CrossEncoderRanker
 from best_jax.train import chips
 from fakes import tiny_config

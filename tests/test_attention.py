@@ -6,13 +6,16 @@ import numpy as np
 import pytest
 
 from best_jax.models import attention as attention_lib
-from best_jax.models.bert import BertConfig, BertEncoder, dropout
+from best_jax.models.bert import BertEncoder
+from best_jax.models.bert_config import BertConfig
+from best_jax.models import dropout as dropout_lib
+from best_jax.models.dropout import dropout
 from flax import nnx
 
 
 @pytest.mark.parametrize("rate", [0.1, 0.5, 0.03])
 def test_keep_mask_drops_at_the_rate(rate):
-  keep = np.asarray(attention_lib.keep_mask(jax.random.key(0), (64, 4096),
+  keep = np.asarray(dropout_lib.keep_mask(jax.random.key(0), (64, 4096),
                                             rate))
   n = keep.size
   dropped = 1.0 - keep.mean()
@@ -24,7 +27,7 @@ def test_keep_mask_drops_at_the_rate(rate):
 
 
 def test_keep_mask_draws_are_independent():
-  keep = np.asarray(attention_lib.keep_mask(jax.random.key(1), (32, 8192),
+  keep = np.asarray(dropout_lib.keep_mask(jax.random.key(1), (32, 8192),
                                             0.5)).astype(float)
   # The four draws of one threefry block, neighbours and rows uncorrelated.
   for a, b in ((keep[:, 0::4], keep[:, 1::4]), (keep[:, 1::4], keep[:, 2::4]),
@@ -33,23 +36,23 @@ def test_keep_mask_draws_are_independent():
 
 
 def test_keep_mask_is_a_function_of_the_key():
-  same = [np.asarray(attention_lib.keep_mask(jax.random.key(3), (4, 10), 0.3))
+  same = [np.asarray(dropout_lib.keep_mask(jax.random.key(3), (4, 10), 0.3))
           for _ in range(2)]
-  other = np.asarray(attention_lib.keep_mask(jax.random.key(4), (4, 10), 0.3))
+  other = np.asarray(dropout_lib.keep_mask(jax.random.key(4), (4, 10), 0.3))
   np.testing.assert_array_equal(same[0], same[1])
   assert (same[0] != other).any()
   # A length that is not a multiple of 4 and a 1-D shape work too.
-  assert attention_lib.keep_mask(jax.random.key(0), (7,), 0.5).shape == (7,)
+  assert dropout_lib.keep_mask(jax.random.key(0), (7,), 0.5).shape == (7,)
   rbg = jax.random.key(0, impl="unsafe_rbg")
-  assert attention_lib.keep_mask(rbg, (3, 9), 0.5).shape == (3, 9)
+  assert dropout_lib.keep_mask(rbg, (3, 9), 0.5).shape == (3, 9)
 
 
 def test_pair_blocks_draw_the_batched_mask():
   key = jax.random.key(7)
-  full = np.asarray(attention_lib.keep_mask(key, (3, 4, 6, 10), 0.4))
+  full = np.asarray(dropout_lib.keep_mask(key, (3, 4, 6, 10), 0.4))
   rows = full.reshape(12, 6, 10)
   for first, size in ((0, 2), (4, 4), (10, 2)):
-    block = attention_lib.keep_mask(key, (size, 6, 10), 0.4,
+    block = dropout_lib.keep_mask(key, (size, 6, 10), 0.4,
                                     pairs=(jnp.uint32(first), 4))
     np.testing.assert_array_equal(np.asarray(block), rows[first:first + size])
 

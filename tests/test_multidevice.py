@@ -4,7 +4,7 @@ import jax
 import numpy as np
 import pytest
 
-from best_jax.models.bert import BertConfig
+from best_jax.models.bert_config import BertConfig
 from best_jax.models.ranker import CrossEncoderRanker
 from best_jax.train import sharding
 from best_jax.train import token_budget

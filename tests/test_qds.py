@@ -10,7 +10,8 @@ import pytest
 from flax import nnx
 
 from best_jax.errors import InputError
-from best_jax.models.bert import BertConfig, BertEncoder
+from best_jax.models.bert import BertEncoder
+from best_jax.models.bert_config import BertConfig
 from best_jax.models.qds import (QdsConfig, QdsEncoder, QdsRanker,
                                  extend_positions, load_qds_ranker,
                                  role_masks)

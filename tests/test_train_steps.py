@@ -10,7 +10,7 @@ import optax
 import pytest
 from flax import nnx
 
-from best_jax.models.bert import BertConfig
+from best_jax.models.bert_config import BertConfig
 from best_jax.models.ranker import CrossEncoderRanker
 from best_jax.train import losses
 from best_jax.train import optimizer as optimizer_lib

@@ -29,7 +29,8 @@ import numpy as np
 from flax import nnx
 
 from best_jax.errors import InputError
-from best_jax.models.bert import BertConfig, BertEncoder
+from best_jax.models.bert import BertEncoder
+from best_jax.models.bert_config import BertConfig
 from best_jax.models.weights import load_encoder
 from best_jax.segments.packing import SpecialTokens
 

@@ -25,8 +25,9 @@ from flax import nnx
 
 from best_jax.errors import InputError
 from best_jax.models import sparse_attention as sa
-from best_jax.models.bert import (BertConfig, dropout, Embeddings, Layer,
-                                  SelfAttention)
+from best_jax.models.bert import Embeddings, Layer, SelfAttention
+from best_jax.models.bert_config import BertConfig
+from best_jax.models.dropout import dropout
 from best_jax.models.weights import load_encoder
 
 ATTENTIONS = ("sparse", "dense")

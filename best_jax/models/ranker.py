@@ -11,7 +11,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from best_jax.models.bert import BertConfig, BertEncoder
+from best_jax.models.bert import BertEncoder
+from best_jax.models.bert_config import BertConfig
 from best_jax.models.unpadding import TokenBudget
 
 

@@ -60,7 +60,7 @@ class Unpadding:
   def sites(self, first: bool = False) -> tuple[jax.Array, jax.Array]:
     """(row, position) in the padded rows `[U·n, L]` of each stream token
     `[U, T]` (with `first`, of each row's first token `[U, n]`): where its
-    dropout draws come from (`attention.keep_mask_at`), so that a token is
+    dropout draws come from (`dropout.keep_mask_at`), so that a token is
     dropped exactly as in the padded encoder."""
     units = self.stream_ut.shape[0]
     first_row_u1 = jnp.arange(units, dtype=jnp.int32)[:, None] * self.rows

@@ -28,7 +28,8 @@ from flax import nnx
 from safetensors import SafetensorError, safe_open
 
 from best_jax.errors import InputError
-from best_jax.models.bert import BertConfig, BertEncoder
+from best_jax.models.bert import BertEncoder
+from best_jax.models.bert_config import BertConfig
 from best_jax.models.ranker import CrossEncoderRanker, score_head
 
 Path = tuple[str | int, ...]

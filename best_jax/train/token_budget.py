@@ -54,6 +54,13 @@ def unit_of_examples(batch_size: int, steps: int, shards: int) -> np.ndarray:
   return (micro * shards + index // per_shard).astype(np.int32)
 
 
+def largest_unit(mask: np.ndarray, units: np.ndarray) -> int:
+  """The most real tokens any unit holds: `mask` `[n, ...]` is n examples'
+  attention masks, `units` `[n]` their units (`unit_of_examples`)."""
+  counts = np.asarray(mask).reshape(len(mask), -1).sum(1)
+  return int(np.bincount(units, counts).max())
+
+
 def choose_tokens(batches: Iterable[list[Mapping[str, np.ndarray]]], *,
                   steps: int, shards: int) -> int | None:
   """The stream size T per unit that encodes `batches` of examples (each a
@@ -62,9 +69,9 @@ def choose_tokens(batches: Iterable[list[Mapping[str, np.ndarray]]], *,
   under 5% of the padded rows' tokens."""
   needs, capacity = [], 0
   for examples in batches:
-    counts = [int(np.sum(e["attention_mask"])) for e in examples]
-    units = unit_of_examples(len(examples), steps, shards)
-    needs.append(int(np.bincount(units, counts).max()))
+    mask = np.stack([e["attention_mask"] for e in examples])
+    needs.append(largest_unit(
+        mask, unit_of_examples(len(examples), steps, shards)))
     capacity = int(np.size(examples[0]["attention_mask"])) * (
         len(examples) // (steps * shards))
   if not needs:
@@ -75,16 +82,11 @@ def choose_tokens(batches: Iterable[list[Mapping[str, np.ndarray]]], *,
 
 
 def batch_need(mask: jax.Array, steps: int, shards: int) -> int:
-  """The largest unit's real tokens in this process's shards of a global
-  batch's `attention_mask` `[B, ...]` (a unit never spans two devices)."""
-  size = mask.shape[0]
-  units = unit_of_examples(size, steps, shards)
-  need = 0
-  for shard in mask.addressable_shards:
-    rows = np.arange(size)[shard.index[0]]
-    counts = np.asarray(shard.data).reshape(len(rows), -1).sum(1)
-    need = max(need, int(np.bincount(units[rows], counts).max()))
-  return need
+  """`largest_unit` of a global batch's `attention_mask`, read from this
+  process's shards (a unit never spans two devices)."""
+  units = unit_of_examples(mask.shape[0], steps, shards)
+  return max(largest_unit(shard.data, units[shard.index[0]])
+             for shard in mask.addressable_shards)
 
 
 class UnpaddedSteps:
