@@ -15,18 +15,21 @@ Assumptions (each a flag; the README table states them):
 - MS MARCO document lengths: lognormal through the paper's median 797 and
   90th percentile 3,259 subword tokens; 437 body tokens per 512-token segment
   (512 − 48 query − 24 title − 3 special tokens: the full squad_longdoc
-  config's limits); training uses ≤ 4 leading segments (the paper);
+  config's limits); training segments have random lengths, 237 body tokens
+  on average (measured with the full squad_longdoc config on its 227
+  documents, seeds 0-2), over the whole document;
 - dev: 5,193 queries (qrels.msmarco-doc.dev.txt) × top 100, all segments;
   dev checks during training: 500 dev queries every 500 steps (the full
   squad_longdoc config);
-- BeST iteration 1 (one joint step): θ0 trains on ≤ 4 segment pairs, θ0
-  scores ≤ 4 segments of both documents (an extra forward pass), θ1 trains
-  on the 2 selected segments; iterations 2–3: θ(n−1) scores ≤ 4 segments of
-  both documents of every pair, θ(n) trains on the 2 selected; MaxP is the
+- BeST iteration 1 (one joint step): θ0 trains on the ≤ 4 (`k_train`)
+  leading training segment pairs, θ0 scores them in both documents (an
+  extra forward pass), θ1 trains on the 2 selected segments; iterations
+  2–3: θ(n−1) scores every training segment of both documents of every pair
+  (the span inference scores), θ(n) trains on the 2 selected; MaxP is the
   FirstP model with max aggregation (no training of its own).
-Figures are given padded (every document's 4 training segments computed,
-the joint step's fixed shape) and valid-only (what length buckets or
-valid-segment chunks would cost).
+Figures are given padded (the joint step's fixed shape: every document's 4
+leading training segments computed) and valid-only (what length buckets or
+valid-segment chunks would cost; selection scores valid segments only).
 """
 
 from __future__ import annotations
@@ -93,22 +96,26 @@ def compiled_flops(length: int) -> tuple[float, float]:
   return score["flops"] / (2 * pairs), train["flops"] / (2 * pairs)
 
 
-def segment_counts(median: float, p90: float, body: int, cap: int,
-                   samples: int = 200_000) -> dict:
-  """Mean segments per document (all, and ≤ cap) under a lognormal fit."""
+def segment_counts(median: float, p90: float, body: int, train_body: float,
+                   cap: int, samples: int = 200_000) -> dict:
+  """Mean segments per document under a lognormal fit: inference windows,
+  random-length training segments, and those of the joint step (≤ cap)."""
   sigma = (math.log(p90) - math.log(median)) / 1.2815515655446004
   rng = np.random.default_rng(0)
   tokens = np.exp(rng.normal(math.log(median), sigma, samples))
   segments = np.maximum(1, np.ceil(tokens / body))
+  training = np.maximum(1, np.ceil(tokens / train_body))
   return {"mean_tokens": float(tokens.mean()),
           "mean_segments": float(segments.mean()),
-          "mean_training_segments": float(np.minimum(segments, cap).mean())}
+          "mean_training_segments": float(training.mean()),
+          "mean_joint_segments": float(np.minimum(training, cap).mean())}
 
 
 def plan(args, score_flops: float, train_flops: float) -> dict:
   docs = segment_counts(args.median_tokens, args.p90_tokens, args.body_tokens,
-                        args.train_segments)
-  k, k_valid = args.train_segments, docs["mean_training_segments"]
+                        args.train_body_tokens, args.train_segments)
+  k, k_valid = args.train_segments, docs["mean_joint_segments"]
+  selected = docs["mean_training_segments"]
   pairs = args.train_pairs
   steps = math.ceil(pairs / args.batch)
   dev_check = (args.dev_check_queries * args.depth * docs["mean_segments"]
@@ -120,8 +127,8 @@ def plan(args, score_flops: float, train_flops: float) -> dict:
       pairs * (2 * s * train_flops + 2 * s * score_flops + 2 * train_flops)
       for s in (k, k_valid))
   for n in (2, 3):
-    work[f"BeST-{n} selection pass"] = tuple(
-        pairs * 2 * s * score_flops for s in (k, k_valid))
+    work[f"BeST-{n} selection pass"] = (
+        pairs * 2 * selected * score_flops,) * 2
     work[f"BeST-{n} training"] = (2 * train_flops * pairs,) * 2
   models = 4  # FirstP, BeST-1, BeST-2, BeST-3 each have dev checks.
   work[f"dev checks ({models} models × {checks})"] = (
@@ -192,7 +199,10 @@ def main(argv=None) -> int:
   parser.add_argument("--median-tokens", type=float, default=797)
   parser.add_argument("--p90-tokens", type=float, default=3259)
   parser.add_argument("--body-tokens", type=int, default=437)
-  parser.add_argument("--train-segments", type=int, default=4)
+  parser.add_argument("--train-segments", type=int, default=4,
+                      help="k_train: the joint step's leading segments")
+  parser.add_argument("--train-body-tokens", type=float, default=237,
+                      help="mean body tokens of a training segment")
   parser.add_argument("--segmenter-tokens-per-s", type=float, default=123e3,
                       help="README: bench/segmenter_throughput.py, one process")
   args = parser.parse_args(argv)

@@ -6,7 +6,7 @@ Each article is one document (title; paragraphs joined by blank lines). Stages,
 each timed over all articles, median of `--repeats` runs after a warm-up:
 sentence splitting alone; tokenization with sentence splitting
 (`Segmenter.tokenize`); segmentation of tokenized documents into padded arrays
-(inference: all segments; training: k_train random-length ones); and the
+(inference: all segments; training: random-length ones over the same span); and the
 whole `Segmenter.segment`. For the choice of splitter it also times pysbd and
 reports how often its sentence starts agree with sentencex's.
 """

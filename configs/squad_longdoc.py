@@ -144,7 +144,8 @@ def _bi(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   `content_len` = max_len - 3 - max_query_len = 40 tokens of title and body
   (32-39 body tokens for SQuAD's 1-8-token titles; a longer sentence is
   cut), all of them scored; training draws lengths from 16 tokens up over
-  the whole document (`k_train` 512: SQuAD's longest has ~290). The
+  the whole document (`k_train` 512 would let a joint step, with
+  `best.theta0=joint`, see all of them: SQuAD's longest has ~290). The
   window was chosen on the 1,800 dev questions with `runlocal` (BeST-1 +
   BM25 dev MRR@10 at content_len 133 / 56 / 40 / 32: 0.9213 / 0.9311 /
   0.9368 / 0.9346; README): a mean-pooled embedding of a longer window

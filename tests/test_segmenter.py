@@ -5,6 +5,7 @@ import functools
 import itertools
 import json
 import random
+import types
 
 import hypothesis
 import numpy as np
@@ -13,7 +14,9 @@ from hypothesis import strategies as st
 
 from best_jax import cli
 from best_jax.errors import InputError
-from best_jax.experiment.inputs import SegmentCache
+from best_jax.experiment.examples import AllSegmentExamples
+from best_jax.experiment.inputs import QueryStore, SegmentCache
+from best_jax.experiment.regimes import Group
 from best_jax.segments import (SegmenterConfig, Segmenter, SpecialTokens,
                                pack_inputs, plan_segments)
 
@@ -239,18 +242,19 @@ def _long_text(num_sentences, seed=0):
 
 
 def test_training_segments_cover_the_inference_span_and_stop_there():
-  """BeST's selection (iterations >= 2) sees the training segmentation: it
+  """Selection (BeST iterations >= 2) sees the training segmentation: it
   must cover exactly the span inference scores (`max_segments` windows),
-  no less (a gold passage there could never be selected) and no more."""
+  no less (a gold passage there could never be selected) and no more,
+  however small `k_train` (the joint step's share) is."""
   config = SegmenterConfig(max_len=40, max_query_len=4, max_title_len=4,
-                           min_len=5, k_train=30, max_segments=3)
+                           min_len=5, k_train=2, max_segments=3)
   segmenter = _segmenter(config)
   docs = [(f"doc {i}", _long_text(40, seed=i)) for i in range(6)]
   tokenized = segmenter.tokenize(docs)
   infer = segmenter.segment_tokenized(tokenized)
   train = segmenter.segment_tokenized(tokenized, training=True, seed=3)
   assert (infer.num_segments_d == 3).all() and (infer.dropped_d > 0).all()
-  assert (train.dropped_d == 0).all()
+  assert (train.dropped_d == 0).all() and (train.num_segments_d > 2).any()
   for d in range(len(tokenized)):
     span_end = int(infer.spans_ds2[d, 2, 1])
     spans = train.spans_ds2[d, :train.num_segments_d[d]].tolist()
@@ -258,44 +262,30 @@ def test_training_segments_cover_the_inference_span_and_stop_there():
     assert all(not docs[d][1][a[1]:b[0]].strip()
                for a, b in zip(spans, spans[1:]))
     assert spans[-1][0] < span_end <= spans[-1][1]  # Reaches it, then stops.
-    assert len(spans) > 3  # Random lengths: more, shorter segments.
 
 
-def test_training_keeps_k_leading_segments_with_seeded_lengths():
+def test_training_segments_have_seeded_random_lengths_over_the_document():
   config = SegmenterConfig(max_len=40, max_query_len=4, max_title_len=4,
                            min_len=5, k_train=4)
   segmenter = _segmenter(config)
   docs = [(f"doc {i}", _long_text(40, seed=i)) for i in range(6)]
   tokenized = segmenter.tokenize(docs)
   infer = segmenter.segment_tokenized(tokenized)
-  assert (infer.num_segments_d > 4).all()
   first = segmenter.segment_tokenized(tokenized, training=True, seed=7)
   again = segmenter.segment_tokenized(tokenized, training=True, seed=7)
   other = segmenter.segment_tokenized(tokenized, training=True, seed=8)
-  assert first.tokens_dsl.shape == (6, 4, config.content_len)
-  assert first.num_segments_d.tolist() == [4] * 6
+  # More, shorter segments than inference's windows, never cut at k_train.
+  assert (first.num_segments_d > infer.num_segments_d).all()
+  assert first.tokens_dsl.shape == (6, first.num_segments_d.max(),
+                                    config.content_len)
   for name in ("tokens_dsl", "mask_dsl", "spans_ds2", "lengths_ds"):
     np.testing.assert_array_equal(getattr(first, name), getattr(again, name))
-  assert not np.array_equal(first.lengths_ds, other.lengths_ds)
-  bodies = first.lengths_ds - first.title_lengths_d[:, None]
-  windows = [config.window(t) for t in first.title_lengths_d]
-  assert (bodies <= np.asarray(windows)[:, None]).all()
-  # Random targets give shorter segments than inference's full windows.
-  assert bodies.mean() < (infer.lengths_ds[:, :4]
-                          - infer.title_lengths_d[:, None]).mean()
-  for d, doc in enumerate(tokenized):
-    # The k leading segments: a prefix of the document, whole sentences.
-    flat = sum(_bodies(first, d), [])
-    assert flat == doc.token_ids[:len(flat)].tolist()
-    starts = set(doc.sentence_starts.tolist())
-    position = 0
-    for body in _bodies(first, d):
-      assert position in starts
-      position += len(body)
+  assert not np.array_equal(first.lengths_ds[:, :4], other.lengths_ds[:, :4])
+  _check_batch(first, docs, tokenized, config)
   fixed = _segmenter(SegmenterConfig(
       max_len=40, max_query_len=4, max_title_len=4, train_lengths="window"))
   windows_only = fixed.segment_tokenized(tokenized, training=True, seed=1)
-  np.testing.assert_array_equal(windows_only.tokens_dsl, infer.tokens_dsl[:, :4])
+  np.testing.assert_array_equal(windows_only.tokens_dsl, infer.tokens_dsl)
 
 
 def _check_batch(batch, docs, tokenized, config):
@@ -358,11 +348,8 @@ def test_segments_properties_on_arbitrary_text(docs, training, seed):
                  config)
     return
   batch = segmenter.segment_tokenized(tokenized, training=True, seed=seed)
-  assert batch.tokens_dsl.shape == (len(docs), 2, config.content_len)
-  for d, doc in enumerate(tokenized):
-    flat = sum(_bodies(batch, d), [])
-    assert flat == doc.token_ids[:len(flat)].tolist()
-    assert 1 <= batch.num_segments_d[d] <= 2
+  assert (batch.num_segments_d >= 1).all()
+  _check_batch(batch, docs, tokenized, config)
 
 
 def test_hundred_thousand_token_documents():
@@ -470,25 +457,32 @@ def test_segment_cache_keeps_the_most_recent_documents():
       _segmenter(), documents, training=False)["b"].count
 
 
-def test_segment_cache_counts_training_segments_past_k_train():
-  """`SegmentCache.dropped` (what BeST's log warns about) holds, per
-  document, the training segments in the inference span past `k_train`;
-  `k_train` + the largest of them covers every such document."""
+def test_joint_step_examples_take_the_leading_k_train_training_segments():
+  """The training segmentation keeps every segment of the inference span,
+  whatever `k_train`; only BeST's joint-step example cuts it to the first
+  `k_train` (Eq.3), with a segment mask."""
   config = SegmenterConfig(max_len=40, max_query_len=4, max_title_len=4,
-                           min_len=5, k_train=3, max_segments=4)
+                           min_len=5, k_train=4, max_segments=4)
   documents = {f"d{i}": (f"doc {i}", _long_text(8 + 6 * i, seed=i))
                for i in range(5)}
   cache = SegmentCache(_segmenter(config), documents, training=True, seed=2)
-  cache.prepare(list(documents))
   wide = SegmentCache(_segmenter(dataclasses.replace(config, k_train=99)),
                       documents, training=True, seed=2)
-  counts = {d: wide[d].count for d in documents}
-  assert cache.dropped == {d: n - 3 for d, n in counts.items() if n > 3}
-  assert cache.dropped and len(cache.dropped) < len(documents)
-  covering = 3 + max(cache.dropped.values())
-  enough = SegmentCache(
-      _segmenter(dataclasses.replace(config, k_train=covering)), documents,
-      training=True, seed=2)
-  enough.prepare(list(documents))
-  assert not enough.dropped
-  assert all(enough[d].count == counts[d] for d in documents)
+  cache.prepare(list(documents))
+  wide.prepare(list(documents))
+  counts = cache.counts()
+  assert counts == wide.counts() and cache.width is None
+  assert min(counts.values()) < 4 < max(counts.values())
+  inputs = types.SimpleNamespace(
+      segmenter=cache.segmenter, train_segments=cache,
+      queries=QueryStore.build(cache.segmenter, {"q": "a question"}))
+  example = AllSegmentExamples(inputs)(0, Group("q", tuple(documents)))
+  assert example["input_ids"].shape[:2] == (5, 4)
+  for g, docid in enumerate(documents):
+    kept = min(counts[docid], 4)
+    assert example["mask"][g].tolist() == [s < kept for s in range(4)]
+    for s in range(kept):
+      row = example["input_ids"][g, s].tolist()
+      body = cache[docid].tokens_sl[s][cache[docid].mask_sl[s]].tolist()
+      assert any(row[i:i + len(body)] == body for i in range(len(row)))
+    assert not example["attention_mask"][g, kept:].any()

@@ -85,6 +85,16 @@ def test_work_recorded_before_a_setting_changed_meaning_still_resumes():
   assert checks.stale_keys(before, current) == []
   assert checks.stale_keys(dict(before, seed=1), dict(current, seed=1)) == [
       "data.subsample_seed: 1 -> 0"]
+  # Until training segments covered the span inference scores they stopped
+  # at k_train: a MaxP-all, GoldP or BeST record from then is stale, while
+  # FirstP (segment 0) trained the same model.
+  for regime in ("firstp", "maxp_all", "goldp", "best"):
+    current = checks.fingerprint(config, regime)
+    before = {k: v for k, v in current.items()
+              if k != "segments.training_span"}
+    assert checks.stale_keys(before, current) == (
+        [] if regime == "firstp" else
+        ["segments.training_span: 'leading k_train' -> 'inference'"])
 
 
 def _runs(workdir):
@@ -166,12 +176,14 @@ def test_train_end_to_end_resume_and_pretrained_restarts(tmp_path,
   assert set(starts) == {"best2"}
   log = open(os.path.join(workdir, "log.txt")).read()
   assert "best2: resumed at step 2" in log
-  # tiny_cpu's 4 random-length training segments rarely reach the end of
-  # its 8 inference windows, and the log says so (with the k_train that
-  # would).
-  assert re.search(r"best1: WARNING \d+ of the \d+ documents segmented so far "
-                   r"\(by this process\) have more training segments .* "
-                   r"\(segments.k_train=\d+ would cover these\)", log)
+  # tiny_cpu's documents have more random-length training segments in its
+  # 8 inference windows than the joint step's k_train=4, and the log says
+  # so (with the k_train that would cover them).
+  assert re.search(r"best1: the joint step scored the leading "
+                   r"segments.k_train=4 training segments; \d+ of the \d+ "
+                   r"documents segmented so far \(by this process\) have "
+                   r"more .*BeST-2 onwards selects among all of them "
+                   r"\(segments.k_train=\d+ would let BeST-1 too\)", log)
   assert _runs(workdir) == first
 
 
@@ -302,12 +314,12 @@ def test_goldp_trains_on_the_gold_segment_of_the_training_segmentation(
     return index
 
   monkeypatch.setattr(examples_lib, "gold_segment", spy)
-  spans = collections.defaultdict(dict)  # by width: None is GoldP's
+  spans = collections.defaultdict(dict)  # by segmentation
   getitem = inputs_lib.SegmentCache.__getitem__
 
   def spy_segments(cache, docid):
     doc = getitem(cache, docid)
-    spans[cache.width][docid] = doc.spans_s2.tolist()
+    spans[cache._name][docid] = doc.spans_s2.tolist()
     return doc
 
   monkeypatch.setattr(inputs_lib.SegmentCache, "__getitem__", spy_segments)
@@ -321,12 +333,13 @@ def test_goldp_trains_on_the_gold_segment_of_the_training_segmentation(
   assert any(i > 0 for _, i, _ in seen)  # beyond the one inference segment
   # The positives' segmentation is the negatives' one (random lengths, same
   # seed), continued past the inference span: never the inference windows.
-  train = spans[4]  # tiny_cpu's k_train
-  shared = set(spans[None]) & set(train)
-  assert shared and set(spans) == {None, 1, 4}
+  train, gold = spans["segment (train)"], spans["segment (gold)"]
+  shared = set(gold) & set(train)
+  assert shared and set(spans) == {"segment (train)", "segment (gold)",
+                                   "segment (eval)"}
   for docid in shared:
-    assert spans[None][docid][:len(train[docid])] == train[docid]
-  assert any(len(spans[None][d]) > len(train[d]) for d in shared)
+    assert gold[docid][:len(train[docid])] == train[docid]
+  assert any(len(gold[d]) > len(train[d]) for d in shared)
   with open(os.path.join(workdir, "metrics.json")) as f:
     p_at_1 = json.load(f)["segment_p_at_1"]
   # With one scored segment, the ceiling is the first segment's P@1.

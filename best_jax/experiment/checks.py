@@ -45,6 +45,11 @@ _NOT_MODEL = ("train.log_every", "train.checkpoint_every", "train.max_to_keep",
 _REGIME_SECTIONS = {"goldp": ("goldp.",), "best": ("best.",),
                     "qds": ("qds.",)}
 
+# Regimes that pick among a document's training segments: these stopped at
+# `k_train` until the change that added this key; now they cover the span
+# inference scores, so a stage recorded before is stale.
+_SPAN_REGIMES = ("maxp_all", "goldp", "best")
+
 
 def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
   if isinstance(value, (dict, ml_collections.ConfigDict)):
@@ -71,6 +76,8 @@ def fingerprint(config: ml_collections.ConfigDict, regime: str
                   tuple(others))}
   # The dev questions pick each stage's best checkpoint.
   settings["data.subsample_seed"] = config.data.get("seed", 0)
+  if regime in _SPAN_REGIMES:
+    settings["segments.training_span"] = "inference"
   if config.train.get("fixed_order_reduction", False):
     mesh = sharding_lib.make_mesh(config.mesh.shape, config.mesh.axis_names)
     settings["train.data_shards"] = sharding_lib.batch_multiple(
@@ -83,7 +90,8 @@ def fingerprint(config: ml_collections.ConfigDict, regime: str
 # dev/test subsample was drawn with the run's seed before 92ac1a8).
 _ADDED = {"best.theta0": "joint", "segments.unit": "window",
           "train.fixed_order_reduction": False, "qds.head": "paper",
-          "data.subsample_seed": lambda recorded: recorded.get("seed", 0)}
+          "data.subsample_seed": lambda recorded: recorded.get("seed", 0),
+          "segments.training_span": "leading k_train"}
 
 
 def stale_keys(recorded: dict[str, Any], current: dict[str, Any]

@@ -8,8 +8,8 @@ inputs according to the regime (SPEC §1-2, `train.regimes`):
   passage, random negative segments) and BeST iterations on selected
   segments (the segment the frozen previous model, or the pretrained
   bi-encoder, selected);
-- every training segment, `[G, S, L]` with a segment mask `[G, S]`
-  (`AllSegmentExamples`): BeST's joint iteration-1 step.
+- the leading `k_train` training segments, `[G, k_train, L]` with a segment
+  mask (`AllSegmentExamples`): BeST's joint iteration-1 step.
 
 Both scorer families read the same segments: a cross-encoder example holds
 `[CLS] query [SEP] segment [SEP]` rows, a bi-encoder's (`family="bi"`) holds
@@ -152,7 +152,8 @@ class SegmentExamples:
 
 @dataclasses.dataclass
 class AllSegmentExamples:
-  """Every training segment of every document: BeST's joint-step example."""
+  """The leading `k_train` training segments of every document: BeST's
+  joint-step example (Eq.3)."""
   inputs: Inputs
   family: str = "cross"
 
@@ -173,8 +174,10 @@ class AllSegmentExamples:
     valid = np.zeros(shape, bool)
     for g, docid in enumerate(group.docids):
       doc = self.inputs.train_segments[docid]
-      tokens[g, :doc.count], mask[g, :doc.count] = doc.tokens_sl, doc.mask_sl
-      valid[g, :doc.count] = True
+      count = min(doc.count, self.width)
+      tokens[g, :count] = doc.tokens_sl[:count]
+      mask[g, :count] = doc.mask_sl[:count]
+      valid[g, :count] = True
     rows = _pack(self.inputs, self.family, group.qid, group.docids, tokens,
                  mask)
     if self.family == "cross":

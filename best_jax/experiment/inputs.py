@@ -73,9 +73,7 @@ class SegmentCache:
   """Documents segmented when first needed, one way (`training`/`keep_all`
   as in `Segmenter.segment_tokenized`), each document seeded by its docid.
   With `capacity`, at most that many documents are kept (the least
-  recently used go first, never those of the current `prepare`).
-  `dropped` maps each document segmented so far whose segments went past
-  the cap to how many did (`SegmentBatch.dropped_d`)."""
+  recently used go first, never those of the current `prepare`)."""
 
   def __init__(self, segmenter: Segmenter,
                documents: Mapping[str, tuple[str, str]], *, training: bool,
@@ -90,15 +88,13 @@ class SegmentCache:
     self._capacity = capacity
     self._cache: collections.OrderedDict[str, DocumentSegments] = (
         collections.OrderedDict())
-    self.dropped: dict[str, int] = {}
 
   @property
   def width(self) -> int | None:
     """The fixed segment axis of this segmentation (None: unbounded)."""
-    if self._keep_all:
+    if self._keep_all or self._training:
       return None
-    cfg = self.segmenter.config
-    return cfg.k_train if self._training else cfg.max_segments
+    return self.segmenter.config.max_segments
 
   def doc_seed(self, docid: str) -> list[int]:
     return [self._seed, zlib.crc32(docid.encode())]
@@ -124,8 +120,6 @@ class SegmentCache:
           self._cache[docid] = DocumentSegments(
               batch.tokens_dsl[i, :count], batch.mask_dsl[i, :count],
               batch.spans_ds2[i, :count])
-          if batch.dropped_d[i]:
-            self.dropped[docid] = int(batch.dropped_d[i])
         bar.update(len(part))
     while self._capacity and len(self._cache) > max(self._capacity,
                                                     len(wanted)):
@@ -140,6 +134,10 @@ class SegmentCache:
     """Documents segmented so far (by this process)."""
     return len(self._cache)
 
+  def counts(self) -> dict[str, int]:
+    """Segments of each document segmented so far (by this process)."""
+    return {docid: doc.count for docid, doc in self._cache.items()}
+
 
 @dataclasses.dataclass
 class Inputs:
@@ -150,7 +148,7 @@ class Inputs:
   schedule: list[list[Group]]
   candidates: dict[str, dict[str, list[str]]]  # split -> qid -> docids
   pairs: dict[str, list[Pair]]  # dev/test: candidates, then gold pairs
-  train_segments: SegmentCache  # random lengths, the inference span
+  train_segments: SegmentCache  # random lengths, all of the inference span
   gold_segments: SegmentCache   # random lengths, the whole document
   eval_segments: SegmentCache   # inference windows (`max_segments`)
 

@@ -15,10 +15,11 @@ Segment choice per regime (SPEC §1-2):
 - `goldp`: the gold segment of the positive (the segment holding the gold
   passage), segment 0 (or a random one) of the negatives; all from the same
   random-length segmentation, so GoldP cannot learn segment length.
-- `best`: iteration 1 sees all `k_train` leading segments (the joint step
-  picks them; with `best.theta0=pretrained` the pretrained bi-encoder has
-  selected one instead); later iterations see the segment selected by the
-  frozen previous model (Eq.2).
+- `best`: iteration 1 sees the `k_train` leading segments (the joint step
+  picks among them, Eq.3; with `best.theta0=pretrained` the pretrained
+  bi-encoder has selected one of all of them instead); later iterations see
+  the segment selected among all of them by the frozen previous model
+  (Eq.2).
 - `qds`: no segment at all: the QDS-Transformer reads the whole document in
   one sparse-attention row (`experiment/qds.py`).
 

@@ -119,7 +119,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str
     if joint:
       stage = stages.train(plans.joint_plan(config, inputs, family,
                                             evaluator((agg,))), like)
-      _log_uncovered_span(out, inputs, "best1")
+      _log_joint_span(out, inputs)
       histories["BeST-1"] = stage.history
       positions["BeST-1 (θ0 argmax)"] = stage.positions
       if config.best.get("evaluate_theta0", True):
@@ -135,7 +135,6 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str
         chosen, built = plans.select_segments(inputs, family, selector, name)
         out.log_process(f"select ({name}): built {built[0]} of {built[1]} "
                         "rows")
-        _log_uncovered_span(out, inputs, name)
         stage = stages.train(plans.segment_plan(
             name, "best", config, inputs, family, evaluator((agg,)),
             selected=chosen), like)
@@ -246,16 +245,16 @@ def _write_explain_inputs(out: Workdir, inputs) -> None:
                  "explain", "documents.json")
 
 
-def _log_uncovered_span(out: Workdir, inputs: Inputs, name: str) -> None:
-  """Says when BeST's training segmentation (`k_train` random-length
-  segments) stops short of the span inference scores (`max_segments`
-  windows, or the whole document): selection never sees the rest."""
-  segments = inputs.train_segments
-  if not segments.dropped:
-    return
-  k = segments.segmenter.config.k_train
-  out.log(f"{name}: WARNING {len(segments.dropped)} of the {len(segments)} "
-          "documents segmented so far (by this process) have more training "
-          "segments in the span inference scores than segments.k_train="
-          f"{k}; BeST never trains on or selects the rest (segments.k_train="
-          f"{k + max(segments.dropped.values())} would cover these)")
+def _log_joint_span(out: Workdir, inputs: Inputs) -> None:
+  """Says how many documents have more training segments than BeST's joint
+  step (Eq.3) scored: iteration 1 chose among the leading `k_train` of
+  them, while selection from iteration 2 on scores them all."""
+  k = inputs.segmenter.config.k_train
+  beyond = [n - k for n in inputs.train_segments.counts().values() if n > k]
+  if beyond:
+    out.log(f"best1: the joint step scored the leading segments.k_train={k} "
+            f"training segments; {len(beyond)} of the "
+            f"{len(inputs.train_segments)} documents segmented so far (by "
+            "this process) have more in the span inference scores (up to "
+            f"{max(beyond)} more); BeST-2 onwards selects among all of them "
+            f"(segments.k_train={k + max(beyond)} would let BeST-1 too)")

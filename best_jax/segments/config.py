@@ -42,7 +42,9 @@ class SegmenterConfig:
     max_query_len: query tokens kept (longer queries are truncated).
     max_title_len: title tokens kept and repeated in every segment (0: none).
     min_len: shortest target body length of a training segment.
-    k_train: training keeps at most this many leading segments.
+    k_train: BeST's joint iteration-1 step (Eq.3) scores at most this many
+      leading training segments of each document; selection (iterations
+      >= 2) and every other regime see all of them.
     max_segments: inference keeps at most this many leading segments (fixed
       shapes); None keeps all of them.
     train_lengths: one of TRAIN_LENGTHS.

@@ -13,7 +13,8 @@ and its tokens cut into non-overlapping segments of whole sentences:
 - the (truncated) title is repeated at the start of every segment;
 - inference keeps all segments, or the first `max_segments` (the inference
   span) with a count of those dropped; training draws random-length segments
-  over the same span and keeps at most `k_train` of them.
+  over the same span and keeps all of them, so that selection sees what
+  inference scores (BeST's joint step takes the first `k_train`).
 
 A document without body tokens gets one segment holding only its title, so
 every document has at least one valid segment to score. Window arithmetic:
@@ -67,7 +68,7 @@ class SegmentBatch:
     title_lengths_d: int32, title tokens repeated in each segment.
     num_segments_d: int32, real segments kept per document.
     dropped_d: int32, segments beyond the cap (`max_segments` at inference,
-      `k_train` within the inference span in training).
+      `num_segments` when given).
   """
   tokens_dsl: np.ndarray
   mask_dsl: np.ndarray
@@ -204,33 +205,30 @@ class Segmenter:
 
     Training segments have random lengths and cover the same span of the
     document as inference does (the first `max_segments` windows, or all of
-    it), so that a segment the model can select in training is one it can
-    score at inference; at most `k_train` of them are kept.
+    it), no less and no more, so that a segment the model can select in
+    training is one it can score at inference, and every segment inference
+    scores can be selected.
 
     Args:
       documents: from `tokenize` (tokenize once, segment every epoch).
       training: random lengths (per `train_lengths`) within the inference
-        span, at most `k_train` segments.
+        span.
       seed: seeds the training lengths: document i draws from
         `default_rng([seed, i])`; same seed and documents, same output.
       seeds: one seed per document instead (`default_rng(seeds[i])`), so a
         document's segments do not depend on the others in the batch.
-      num_segments: S, the segment axis; default `k_train` in training, else
-        `max_segments`, else the most segments of any document in the batch.
-      keep_all: every segment of every document, whatever `k_train`,
-        `max_segments` and the inference span say (S = the most segments of
-        any document); GoldP's positives.
+      num_segments: S, the segment axis (a cap); default `max_segments` at
+        inference, else the most segments of any document in the batch.
+      keep_all: every segment of every document, whatever `max_segments`
+        and the inference span say (S = the most segments of any document);
+        GoldP's positives.
     """
     cfg = self.config
     random_lengths = training and cfg.train_lengths == "uniform"
     if seeds is None:
       seeds = [[seed, i] for i in range(len(documents))]
-    if keep_all:
-      cap = None
-    elif training:
-      cap = num_segments or cfg.k_train
-    else:
-      cap = num_segments or cfg.max_segments
+    cap = None if keep_all else (
+        num_segments or (None if training else cfg.max_segments))
     plans, dropped = [], []
     for doc, doc_seed in zip(documents, seeds):
       window = cfg.window(len(doc.title_ids))
