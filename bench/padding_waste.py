@@ -81,12 +81,12 @@ def unpadded_padding(inputs, build, num_batches: int, config, bert) -> dict:
     length = masks.shape[-1]
     lengths = masks.reshape(-1, length).sum(-1)
     need = int(lengths.sum())
-    fit = (tokens is not None  # the product's rule: every unit fits
-           and token_budget.largest_unit(
-               masks, token_budget.unit_of_examples(len(batch), steps, 1))
-           <= tokens)
-    fits += fit
-    encoded = tokens * steps if fit else masks.size
+    # The product's rule: the smallest size every unit fits, else padded.
+    largest = token_budget.largest_unit(
+        masks, token_budget.unit_of_examples(len(batch), steps, 1))
+    budget = next((t for t in tokens or () if largest <= t), None)
+    fits += budget is not None
+    encoded = masks.size if budget is None else budget * steps
     real += need
     spent += encoded
     useful += need * dense + attention * int(np.sum(lengths ** 2))

@@ -123,7 +123,7 @@ def test_unpadded_training_on_shards_equals_padded_on_one_device(shape):
     if tokens is not None:
       assert token_budget.batch_need(placed["attention_mask"], 2,
                                      shape[0]) == need
-      step = token_budget.UnpaddedSteps(step, tokens, steps=2,
+      step = token_budget.UnpaddedSteps(step, (tokens,), steps=2,
                                         shards=shape[0])
     state, metrics = step(trainer.init(0), placed)
     out[name] = jax.device_get((jax.tree.leaves(state.params), metrics))

@@ -2,6 +2,7 @@
 gradient accumulation equal to one large batch."""
 
 import math
+from unittest import mock
 
 import jax
 import jax.numpy as jnp
@@ -310,7 +311,7 @@ def test_unpadded_step_equals_the_padded_step(accumulation_steps, dropout):
   assert need < batch["attention_mask"].size / accumulation_steps
   results = {}
   for tokens in (None, int(need), int(need) - 1):
-    step = token_budget.UnpaddedSteps(trainer.train_step, tokens or 10**6,
+    step = token_budget.UnpaddedSteps(trainer.train_step, (tokens or 10**6,),
                                       steps=accumulation_steps, shards=1)
     if tokens is None:
       step = trainer.train_step
@@ -401,16 +402,53 @@ def test_in_batch_negatives_of_a_bi_encoder():
 def test_the_budget_encodes_the_first_batches_in_the_fewest_tokens():
   """Four batches of two one-row examples (one unit of 2 × 128 slots):
   T = 128 fits three of them, the fourth (220 tokens) then runs padded at
-  256: 3 · 128 + 256 = 640 < 4 · 256 (T = 256 would cost 1024)."""
+  256: 3 · 128 + 256 = 640 < 4 · 256 (T = 256 would cost 1024), and no
+  second size saves anything."""
   def batch(*lengths):
     return [{"attention_mask": np.arange(128) < n} for n in lengths]
   batches = [batch(60, 60), batch(50, 70), batch(64, 64), batch(120, 100)]
-  assert token_budget.choose_tokens(batches, steps=1, shards=1) == 128
+  assert token_budget.choose_tokens(batches, steps=1, shards=1) == (128,)
   # Two units per batch (2 shards), one example each: the largest units
-  # (60, 70, 64, 120) fit 64 twice; 64 + 128 + 64 + 128 < 4 · 128.
-  assert token_budget.choose_tokens(batches, steps=1, shards=2) == 64
+  # (60, 70, 64, 120) fit 64 twice: 64 + 128 + 64 + 128 < 4 · 128 (a second
+  # size, 128, is the padded rows' size and saves nothing).
+  assert token_budget.choose_tokens(batches, steps=1, shards=2) == (64,)
   # Two micro-batches: the same units.
-  assert token_budget.choose_tokens(batches, steps=2, shards=1) == 64
+  assert token_budget.choose_tokens(batches, steps=2, shards=1) == (64,)
   # Rows with little padding are left padded (saving < 5%).
   full = [batch(127, 128)] * 4
   assert token_budget.choose_tokens(full, steps=1, shards=1) is None
+
+
+def test_a_second_budget_only_when_it_saves_enough():
+  """Units of 120, 124, 180 and 250 tokens (one unit of 2 × 128 slots):
+  128 alone costs 128 + 128 + 256 + 256 (padded) = 768; 128 and 192 cost
+  704, 8.3% less, so both are compiled, but not when a second size must
+  save 10%, nor with one size allowed."""
+  def batch(*lengths):
+    return [{"attention_mask": np.arange(128) < n} for n in lengths]
+  batches = [batch(60, 60), batch(62, 62), batch(90, 90), batch(125, 125)]
+  assert token_budget.choose_tokens(batches, steps=1, shards=1) == (128, 192)
+  with mock.patch.object(token_budget, "MIN_SAVING", 0.1):
+    assert token_budget.choose_tokens(batches, steps=1, shards=1) == (128,)
+  with mock.patch.object(token_budget, "MAX_BUDGETS", 1):
+    assert token_budget.choose_tokens(batches, steps=1, shards=1) == (128,)
+
+
+def test_unpadded_steps_run_the_smallest_budget_that_fits():
+  """Each batch runs at the smallest size its largest unit fits, or padded
+  (tokens None) when it fits none; the counts say how many ran at each."""
+  seen = []
+
+  def step_fn(state, batch, tokens):
+    del batch
+    seen.append(tokens)
+    return state, {}
+
+  step = token_budget.UnpaddedSteps(step_fn, (192, 128), steps=1, shards=1)
+  for need in (100, 128, 129, 192, 193):
+    mask = jnp.asarray(np.arange(2 * 128).reshape(2, 128) < need)
+    _, metrics = step(None, {"attention_mask": mask})
+    assert metrics["unpadded"] == (need <= 192)
+  assert seen == [128, 128, 192, 192, None]
+  assert step.steps_at == {128: 2, 192: 2} and step.padded == 1
+  assert step.unpadded == 4

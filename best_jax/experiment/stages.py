@@ -133,8 +133,9 @@ class Stages:
       step_fn = token_budget.UnpaddedSteps(
           step_fn, tokens, steps=t.get("accumulation_steps", 1),
           shards=token_budget.data_shards(plan.batch_sharding))
-      self.workdir.log(f"{plan.name}: rows encoded unpadded, {tokens} tokens "
-                       "per data shard and micro-batch")
+      self.workdir.log(f"{plan.name}: rows encoded unpadded, "
+                       f"{' or '.join(map(str, tokens))} tokens per data "
+                       "shard and micro-batch")
     with InputPipeline(plan.examples, plan.features,
                        global_batch_size=t.batch_size,
                        sharding=plan.batch_sharding) as batches, Checkpointer(
@@ -148,9 +149,11 @@ class Stages:
           checkpointer=checkpointer, log=self.workdir.log)
     self.timings[f"train {plan.name}"] = time.time() - started
     if tokens:
-      self.workdir.log(f"{plan.name}: {step_fn.unpadded} steps unpadded, "
-                       f"{step_fn.padded} padded (their rows did not fit) "
-                       "in this process's run (since any resume)")
+      at = ", ".join(f"{n} at {t}" for t, n in step_fn.steps_at.items())
+      self.workdir.log(f"{plan.name}: {step_fn.unpadded} steps unpadded "
+                       f"({at} tokens), {step_fn.padded} padded (their rows "
+                       "did not fit) in this process's run (since any "
+                       "resume)")
     self.workdir.log_process(f"{plan.name}: built {plan.examples.built} of "
                              f"{len(plan.examples)} training examples")
     params = dict(result.best_params)

@@ -3,14 +3,15 @@
 A step's rows are split into units, one per (micro-batch, data shard): the
 rows one device encodes in one pass. `unit_of_examples` names each
 example's unit as `steps.micro_batches` and the batch sharding place it;
-`choose_tokens` picks the stream size T per unit from the first batches of
-the schedule (the T that would have encoded them in the fewest tokens),
-the same on every process because every process can build every example.
-`UnpaddedSteps` checks each batch on the host (its largest unit, agreed
-over the processes through the coordinator, never a device collective, so
-the steps still dispatch ahead) and runs the step compiled for T, or, when the batch
-does not fit, the padded step: T changes only the speed, never the result
-beyond float rounding. (A branch inside one compiled step would keep the
+`choose_tokens` picks one or two stream sizes T per unit from the first
+batches of the schedule (those that would have encoded them in the fewest
+tokens; a second only when it saves `MIN_SAVING` of them, since each is one
+more compiled step), the same on every process because every process can
+build every example. `UnpaddedSteps` checks each batch on the host (its
+largest unit, agreed over the processes through the coordinator, never a
+device collective, so the steps still dispatch ahead) and runs the step
+compiled for the smallest T that fits, or, when none does, the padded step:
+T changes only the speed, never the result beyond float rounding. (A branch inside one compiled step would keep the
 residuals of both branches for the backward pass, which cost more than
 unpadding saved.)
 
@@ -22,17 +23,22 @@ padded). QDS and the bi-encoder encode padded rows.
 
 from __future__ import annotations
 
+import itertools
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import jax
 import numpy as np
 
 from best_jax.train import distributed
 
-# T is chosen from this many first batches, in multiples of MULTIPLE.
+# T is chosen from this many first batches, in multiples of MULTIPLE; up
+# to MAX_BUDGETS sizes, each after the first saving MIN_SAVING of the
+# tokens (the first must save 5% of the padded rows').
 SAMPLE_BATCHES = 16
 MULTIPLE = 64
+MAX_BUDGETS = 2
+MIN_SAVING = 0.03
 
 
 def data_shards(sharding: jax.NamedSharding | None) -> int:
@@ -62,11 +68,12 @@ def largest_unit(mask: np.ndarray, units: np.ndarray) -> int:
 
 
 def choose_tokens(batches: Iterable[list[Mapping[str, np.ndarray]]], *,
-                  steps: int, shards: int) -> int | None:
-  """The stream size T per unit that encodes `batches` of examples (each a
-  dict with `attention_mask` `[G, ..., L]`) in the fewest tokens, a batch
-  whose largest unit does not fit counted padded; None when that saves
-  under 5% of the padded rows' tokens."""
+                  steps: int, shards: int) -> tuple[int, ...] | None:
+  """The stream sizes T per unit (ascending, at most `MAX_BUDGETS`) that
+  encode `batches` of examples (each a dict with `attention_mask`
+  `[G, ..., L]`) in the fewest tokens, each batch in the smallest T its
+  largest unit fits, one that fits none counted padded; None when that
+  saves under 5% of the padded rows' tokens."""
   needs, capacity = [], 0
   for examples in batches:
     mask = np.stack([e["attention_mask"] for e in examples])
@@ -76,9 +83,16 @@ def choose_tokens(batches: Iterable[list[Mapping[str, np.ndarray]]], *,
         len(examples) // (steps * shards))
   if not needs:
     return None
-  cost = lambda t: sum(t if n <= t else capacity for n in needs)  # pylint: disable=unnecessary-lambda-assignment
-  tokens = min({-(-n // MULTIPLE) * MULTIPLE for n in needs}, key=cost)
-  return tokens if cost(tokens) < 0.95 * capacity * len(needs) else None
+  def cost(budgets):
+    return sum(next((t for t in budgets if n <= t), capacity) for n in needs)
+  sizes = sorted({-(-n // MULTIPLE) * MULTIPLE for n in needs})
+  chosen, limit = None, 0.95 * capacity * len(needs)
+  for count in range(1, min(MAX_BUDGETS, len(sizes)) + 1):
+    budgets = min(itertools.combinations(sizes, count), key=cost)
+    if cost(budgets) >= limit:
+      break
+    chosen, limit = budgets, (1 - MIN_SAVING) * cost(budgets)
+  return chosen
 
 
 def batch_need(mask: jax.Array, steps: int, shards: int) -> int:
@@ -90,22 +104,31 @@ def batch_need(mask: jax.Array, steps: int, shards: int) -> int:
 
 
 class UnpaddedSteps:
-  """`step_fn(state, batch, tokens)` as `(state, batch)`: unpadded in
-  `tokens` per unit when the batch fits, padded otherwise. Counts both and
-  reports `unpadded` (1 or 0) with each step's metrics."""
+  """`step_fn(state, batch, tokens)` as `(state, batch)`: unpadded in the
+  smallest of `tokens` (ascending) per unit that the batch fits, padded when
+  it fits none. Counts both and reports `unpadded` (1 or 0) with each step's
+  metrics."""
 
-  def __init__(self, step_fn: Callable, tokens: int, *, steps: int,
+  def __init__(self, step_fn: Callable, tokens: Sequence[int], *, steps: int,
                shards: int):
-    self.step_fn, self.tokens = step_fn, tokens
+    self.step_fn, self.tokens = step_fn, tuple(sorted(tokens))
     self.steps, self.shards = steps, shards
-    self.unpadded = self.padded = 0
+    self.steps_at = dict.fromkeys(self.tokens, 0)  # T -> unpadded steps
+    self.padded = 0
     self.agreed_need = distributed.HostMax()
 
   def __call__(self, state, batch):
-    fits = self.agreed_need(batch_need(batch["attention_mask"], self.steps,
-                                       self.shards)) <= self.tokens
-    state, metrics = self.step_fn(state, batch,
-                                  self.tokens if fits else None)
-    self.unpadded += fits
-    self.padded += not fits
+    need = self.agreed_need(batch_need(batch["attention_mask"], self.steps,
+                                       self.shards))
+    tokens = next((t for t in self.tokens if need <= t), None)
+    fits = tokens is not None
+    state, metrics = self.step_fn(state, batch, tokens)
+    if fits:
+      self.steps_at[tokens] += 1
+    else:
+      self.padded += 1
     return state, dict(metrics, unpadded=np.float32(fits))
+
+  @property
+  def unpadded(self) -> int:
+    return sum(self.steps_at.values())
