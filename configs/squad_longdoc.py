@@ -33,8 +33,11 @@ Arguments:
 
 `cpu` scores each document's first 8 windows of 256 tokens (an SQuAD answer
 lies inside them for 80% of the test pairs); its training segments have
-random lengths over that same span (7 on average, at most 12), so selection
-sees what inference scores. The bi-encoder variants (`cpu_bi`, `runlocal`)
+random lengths over that same span (7 on average), so selection sees what
+inference scores, and BeST-1's joint step takes up to 12 of them (`k_train`,
+every one for all but a document or two of 227). The full config's training
+segments cover whole documents, its joint step takes the first 4 (the
+spec's `k_train`). The bi-encoder variants (`cpu_bi`, `runlocal`)
 embed every window of whole sentences (40 title + body tokens) of every
 document (each about once per model, so the whole document costs little)
 and their training segments cover the whole document too.
