@@ -25,7 +25,8 @@ Assumptions (each a flag; the README table states them):
   leading training segment pairs, θ0 scores them in both documents (an
   extra forward pass), θ1 trains on the 2 selected segments; iterations
   2–3: θ(n−1) scores every training segment of both documents of every pair
-  (the span inference scores), θ(n) trains on the 2 selected; MaxP is the
+  (the span inference scores; rows in length buckets, so a segment costs
+  its tokens' share of a full row), θ(n) trains on the 2 selected; MaxP is the
   FirstP model with max aggregation (no training of its own).
 Figures are given padded (the joint step's fixed shape: every document's 4
 leading training segments computed) and valid-only (what length buckets or
@@ -115,7 +116,11 @@ def plan(args, score_flops: float, train_flops: float) -> dict:
   docs = segment_counts(args.median_tokens, args.p90_tokens, args.body_tokens,
                         args.train_body_tokens, args.train_segments)
   k, k_valid = args.train_segments, docs["mean_joint_segments"]
-  selected = docs["mean_training_segments"]
+  # Selection scores rows in length buckets: a training segment's row costs
+  # its share of a full row (linear in tokens; attention, ~10% of a row's
+  # FLOPs at 512, would cost less, bucket rounding more).
+  row = (args.length - args.body_tokens + args.train_body_tokens) / args.length
+  selected = docs["mean_training_segments"] * row
   pairs = args.train_pairs
   steps = math.ceil(pairs / args.batch)
   dev_check = (args.dev_check_queries * args.depth * docs["mean_segments"]

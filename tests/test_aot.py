@@ -45,7 +45,7 @@ def test_every_step_of_the_run_is_compiled(reports):
   assert train.mesh == {"data": 4, "model": 1}
   assert train.chip == "TPU v5e" and train.hbm_bytes == 16 * chips.GIB
   assert train.batch_shape == (8, 2, 48)           # batch, group, max_len
-  assert joint.batch_shape == (8, 2, 8, 48)        # ... x max_segments
+  assert joint.batch_shape == (8, 2, 4, 48)        # ... x k_train
   assert reports["score_step"].batch_shape == (64, 48)  # rows_per_call
   # Parameters and AdamW's two moments (float32) are arguments; the donated
   # state aliases its output.

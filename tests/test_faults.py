@@ -67,6 +67,16 @@ def test_sigkill_at_every_point_then_rerun_writes_identical_runs(tmp_path,
   resumed = _train(workdir)
   assert resumed.returncode == 0, resumed.stderr[-3000:]
   assert _runs(workdir) == reference
+  # Each rerun took up the work before it: the last one (killed only while
+  # scoring the test queries) trained nothing.
+  log = open(os.path.join(workdir, "log.txt")).read()
+  runs = log.split("] workdir ")[1:]
+  assert len(runs) == 5
+  assert "firstp: loaded the finished stage" in runs[1]
+  last = runs[-1]
+  for stage in ("firstp", "best1", "best2"):
+    assert f"{stage}: loaded the finished stage" in last, stage
+  assert "unpadded" not in last
 
 
 def test_sigterm_saves_exits_cleanly_and_resumes(tmp_path, reference):

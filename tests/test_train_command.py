@@ -95,6 +95,17 @@ def test_work_recorded_before_a_setting_changed_meaning_still_resumes():
     assert checks.stale_keys(before, current) == (
         [] if regime == "firstp" else
         ["segments.training_span: 'leading k_train' -> 'inference'"])
+  # k_train sizes BeST's joint step alone: raising it (as the log advises)
+  # leaves the other regimes' work, recorded with or without the key.
+  wider = load_config("configs/squad_longdoc.py:cpu",
+                      ["config.segments.k_train=13"])
+  for regime in ("firstp", "maxp_all", "goldp"):
+    recorded = dict(checks.fingerprint(config, regime),
+                    **{"segments.k_train": 12})
+    assert checks.stale_keys(recorded, checks.fingerprint(wider, regime)) == []
+  assert checks.stale_keys(checks.fingerprint(config, "best"),
+                           checks.fingerprint(wider, "best")) == [
+                               "segments.k_train: 12 -> 13"]
 
 
 def _runs(workdir):
@@ -183,7 +194,8 @@ def test_train_end_to_end_resume_and_pretrained_restarts(tmp_path,
                    r"segments.k_train=4 training segments; \d+ of the \d+ "
                    r"documents segmented so far \(by this process\) have "
                    r"more .*BeST-2 onwards selects among all of them "
-                   r"\(segments.k_train=\d+ would let BeST-1 too\)", log)
+                   r"\(segments.k_train=\d+ would let BeST-1 see them all\)",
+                   log)
   assert _runs(workdir) == first
 
 

@@ -452,3 +452,15 @@ def test_unpadded_steps_run_the_smallest_budget_that_fits():
   assert seen == [128, 128, 192, 192, None]
   assert step.steps_at == {128: 2, 192: 2} and step.padded == 1
   assert step.unpadded == 4
+
+
+def test_two_budgets_can_pass_where_neither_alone_saves_enough():
+  """Nineteen batches need 3,904 of a unit's 4,096 slots and one needs
+  2,048: 2,048 alone saves 2.5%, 3,904 alone 4.7% (both under the 5%
+  that unpadding must save), the two together 7.0%."""
+  def batch(length):
+    return [{"attention_mask": np.arange(2048) < length}] * 2
+  batches = [batch(1952)] * 19 + [batch(1024)]
+  assert token_budget.choose_tokens(batches, steps=1, shards=1) == (2048, 3904)
+  with mock.patch.object(token_budget, "MAX_BUDGETS", 1):
+    assert token_budget.choose_tokens(batches, steps=1, shards=1) is None

@@ -198,7 +198,9 @@ def _steps(config: ml_collections.ConfigDict, trainer: Trainer, *,
            prefix: str, features, row_length: int, segments: int,
            joint: bool, bi: bool = False):
   """(name, jitted, abstract args, token shape) of one model's steps;
-  `features(num_segments or None)` gives a training example's shapes."""
+  `features(num_segments or None)` gives a training example's shapes;
+  `segments`: the scoring buffer's columns (the joint step's are
+  `segments.k_train`)."""
   t = config.train
   replicated = jax.NamedSharding(trainer.mesh, jax.P())
   sharding = trainer.batch_sharding
@@ -213,7 +215,7 @@ def _steps(config: ml_collections.ConfigDict, trainer: Trainer, *,
     step = best_lib.build_joint_step(
         trainer, t.loss, config.best.pairing,
         config.best.select_with_dropout, t.get("accumulation_steps", 1))
-    example = features(segments)
+    example = features(config.segments.k_train)
     out.append(("joint_step", step,
                 ((trainer.abstract_state, trainer.abstract_state),
                  _abstract(example, t.batch_size, sharding)),
@@ -263,7 +265,7 @@ def compile_steps(topology_name: str, config: ml_collections.ConfigDict,
         features=lambda n: model_features(kind, config.train.group_size,
                                           segmenter, n),
         row_length=(segmenter.text_row_len if kind == "bi" else s.max_len),
-        segments=max(s.max_segments or 0, s.k_train),
+        segments=s.max_segments or s.k_train,
         joint=("best" in regimes
                and config.best.get("theta0", "joint") == "joint"),
         bi=kind == "bi")

@@ -41,8 +41,9 @@ _NOT_MODEL = ("train.log_every", "train.checkpoint_every", "train.max_to_keep",
               "eval.rows_per_call", "eval.depth", "best.max_iterations",
               "best.evaluate_theta0", "mesh.", "logical_axis_rules", "birch.",
               "regimes", "interpolate.", "peer.")
-# Config sections that only one regime reads.
-_REGIME_SECTIONS = {"goldp": ("goldp.",), "best": ("best.",),
+# Config sections that only one regime reads (`segments.k_train`: BeST's
+# joint step).
+_REGIME_SECTIONS = {"goldp": ("goldp.",), "best": ("best.", "segments.k_train"),
                     "qds": ("qds.",)}
 
 # Regimes that pick among a document's training segments: these stopped at
@@ -106,6 +107,11 @@ def stale_keys(recorded: dict[str, Any], current: dict[str, Any]
       recorded[key] = value(recorded) if callable(value) else value
     elif key in recorded and key not in current:
       current[key] = value(current) if callable(value) else value
+  # A key of one regime's sections that `current` lacks is another regime's
+  # (or was fingerprinted for every regime before it became one's).
+  one_regime = tuple(p for ps in _REGIME_SECTIONS.values() for p in ps)
+  recorded = {k: v for k, v in recorded.items()
+              if k in current or not k.startswith(one_regime)}
   keys = sorted(set(recorded) | set(current))
   return [f"{k}: {recorded.get(k, '(unset)')!r} -> {current.get(k, '(unset)')!r}"
           for k in keys if recorded.get(k) != current.get(k)]

@@ -117,9 +117,12 @@ class SegmentCache:
             seeds=[self.doc_seed(d) for d in part], keep_all=self._keep_all)
         for i, docid in enumerate(part):
           count = int(batch.num_segments_d[i])
+          # Copies: a view would keep the whole chunk, padded to its
+          # longest document, alive.
           self._cache[docid] = DocumentSegments(
-              batch.tokens_dsl[i, :count], batch.mask_dsl[i, :count],
-              batch.spans_ds2[i, :count])
+              batch.tokens_dsl[i, :count].copy(),
+              batch.mask_dsl[i, :count].copy(),
+              batch.spans_ds2[i, :count].copy())
         bar.update(len(part))
     while self._capacity and len(self._cache) > max(self._capacity,
                                                     len(wanted)):

@@ -132,7 +132,8 @@ def choose_segments(regime: str, group: Group, counts: Sequence[int], *,
 
   Args:
     regime: `firstp`/`maxp`, `maxp_all`, `goldp` or `best` (iterations >= 2;
-      iteration 1 trains on every segment and needs no choice).
+      iteration 1's joint step trains on its leading `k_train` segments and
+      needs no choice).
     group: the query and its documents, positive first.
     counts: valid training segments of each document (>= 1).
     rng: draws the random segments (`maxp_all`, GoldP's negatives).

@@ -119,7 +119,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str
     if joint:
       stage = stages.train(plans.joint_plan(config, inputs, family,
                                             evaluator((agg,))), like)
-      _log_joint_span(out, inputs)
+      _log_joint_span(out, inputs, config.best.max_iterations)
       histories["BeST-1"] = stage.history
       positions["BeST-1 (θ0 argmax)"] = stage.positions
       if config.best.get("evaluate_theta0", True):
@@ -245,7 +245,7 @@ def _write_explain_inputs(out: Workdir, inputs) -> None:
                  "explain", "documents.json")
 
 
-def _log_joint_span(out: Workdir, inputs: Inputs) -> None:
+def _log_joint_span(out: Workdir, inputs: Inputs, iterations: int) -> None:
   """Says how many documents have more training segments than BeST's joint
   step (Eq.3) scored: iteration 1 chose among the leading `k_train` of
   them, while selection from iteration 2 on scores them all."""
@@ -256,5 +256,8 @@ def _log_joint_span(out: Workdir, inputs: Inputs) -> None:
             f"training segments; {len(beyond)} of the "
             f"{len(inputs.train_segments)} documents segmented so far (by "
             "this process) have more in the span inference scores (up to "
-            f"{max(beyond)} more); BeST-2 onwards selects among all of them "
-            f"(segments.k_train={k + max(beyond)} would let BeST-1 too)")
+            f"{max(beyond)} more)"
+            + ("; BeST-2 onwards selects among all of them" if iterations > 1
+               else "")
+            + f" (segments.k_train={k + max(beyond)} would let BeST-1 see "
+            "them all)")

@@ -55,10 +55,10 @@ class Plan:
   # Selected segment positions to record (BeST iterations on selected
   # segments); the joint step reports its own.
   positions: list[int] = dataclasses.field(default_factory=list)
-  # Chooses the unpadded stream size that `step_fn(..., tokens=T)` takes
+  # Chooses the unpadded stream sizes that `step_fn(..., tokens=T)` takes
   # (`train.unpadded`, `train.token_budget`); called only when training.
   # None: padded rows.
-  tokens: Callable[[], int | None] | None = None
+  tokens: Callable[[], tuple[int, ...] | None] | None = None
 
 
 @dataclasses.dataclass

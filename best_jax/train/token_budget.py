@@ -33,8 +33,9 @@ import numpy as np
 from best_jax.train import distributed
 
 # T is chosen from this many first batches, in multiples of MULTIPLE; up
-# to MAX_BUDGETS sizes, each after the first saving MIN_SAVING of the
-# tokens (the first must save 5% of the padded rows').
+# to MAX_BUDGETS sizes: the sizes must save 5% of the padded rows' tokens
+# over those batches, and each size more a further MIN_SAVING of the
+# fewer sizes' cost (one more compiled step each).
 SAMPLE_BATCHES = 16
 MULTIPLE = 64
 MAX_BUDGETS = 2
@@ -89,9 +90,8 @@ def choose_tokens(batches: Iterable[list[Mapping[str, np.ndarray]]], *,
   chosen, limit = None, 0.95 * capacity * len(needs)
   for count in range(1, min(MAX_BUDGETS, len(sizes)) + 1):
     budgets = min(itertools.combinations(sizes, count), key=cost)
-    if cost(budgets) >= limit:
-      break
-    chosen, limit = budgets, (1 - MIN_SAVING) * cost(budgets)
+    if cost(budgets) < limit:
+      chosen, limit = budgets, (1 - MIN_SAVING) * cost(budgets)
   return chosen
 
 
