@@ -117,9 +117,11 @@ def plan(args, score_flops: float, train_flops: float) -> dict:
                         args.train_body_tokens, args.train_segments)
   k, k_valid = args.train_segments, docs["mean_joint_segments"]
   # Selection scores rows in length buckets: a training segment's row costs
-  # its share of a full row (linear in tokens; attention, ~10% of a row's
-  # FLOPs at 512, would cost less, bucket rounding more).
-  row = (args.length - args.body_tokens + args.train_body_tokens) / args.length
+  # its bucket's share of a full row (its tokens, plus half a bucket of
+  # rounding on average; linear in tokens, so attention, ~10% of a row's
+  # FLOPs at 512, is overstated a little).
+  row = (args.length - args.body_tokens + args.train_body_tokens
+         + args.bucket_tokens / 2) / args.length
   selected = docs["mean_training_segments"] * row
   pairs = args.train_pairs
   steps = math.ceil(pairs / args.batch)
@@ -208,6 +210,8 @@ def main(argv=None) -> int:
                       help="k_train: the joint step's leading segments")
   parser.add_argument("--train-body-tokens", type=float, default=237,
                       help="mean body tokens of a training segment")
+  parser.add_argument("--bucket-tokens", type=int, default=64,
+                      help="scoring buckets' spacing (eight up to 512)")
   parser.add_argument("--segmenter-tokens-per-s", type=float, default=123e3,
                       help="README: bench/segmenter_throughput.py, one process")
   args = parser.parse_args(argv)

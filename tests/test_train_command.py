@@ -24,6 +24,7 @@ from best_jax.experiment import examples as examples_lib
 from best_jax.experiment import inputs as inputs_lib
 from best_jax.experiment import evaluation
 from best_jax.experiment import models as models_lib
+from best_jax.experiment import plans
 from best_jax.experiment import run as run_lib
 from best_jax.rerank import interpolate
 from best_jax.train import loop
@@ -57,33 +58,40 @@ def test_work_recorded_before_a_setting_changed_meaning_still_resumes():
   current = checks.fingerprint(load_config("configs/tiny_cpu.py"), "best")
   recorded = {k: v for k, v in current.items() if k != "best.theta0"}
   recorded["optimizer.total_steps"] = 20
-  assert checks.stale_keys(recorded, current) == []
+  assert checks.stale_keys(recorded, current, "best") == []
   recorded["best.theta0"] = "pretrained"
-  assert checks.stale_keys(recorded, current) == [
+  assert checks.stale_keys(recorded, current, "best") == [
       "best.theta0: 'pretrained' -> 'joint'"]
   # squad_longdoc's segments.unit came later, with the default "window".
   current = checks.fingerprint(load_config("configs/squad_longdoc.py:cpu"),
                                "maxp")
   recorded = {k: v for k, v in current.items() if k != "segments.unit"}
-  assert checks.stale_keys(recorded, current) == []
+  assert checks.stale_keys(recorded, current, "maxp") == []
   # qds.head came later too: a record without it, or a config without it
   # (read as "paper"), is the same model; "linear" is not.
   config = load_config("configs/qds_squad_longdoc.py:cpu")
   current = checks.fingerprint(config, "qds")
   assert current["qds.head"] == "paper"
   without = {k: v for k, v in current.items() if k != "qds.head"}
-  assert checks.stale_keys(without, current) == []
-  assert checks.stale_keys(current, without) == []
+  assert checks.stale_keys(without, current, "qds") == []
+  assert checks.stale_keys(current, without, "qds") == []
   assert checks.stale_keys(dict(current, **{"qds.head": "linear"}),
-                           without) == ["qds.head: 'linear' -> 'paper'"]
+                           without, "qds") == ["qds.head: 'linear' -> 'paper'"]
+  # A setting of the record's own regime that the config no longer has is
+  # a change (its code default may differ), not another regime's key.
+  dropped = {k: v for k, v in current.items() if k != "qds.head_dropout"}
+  assert checks.stale_keys(dict(current, **{"qds.head_dropout": 0.3}),
+                           dropped, "qds") == [
+                               "qds.head_dropout: 0.3 -> '(unset)'"]
   # Before 92ac1a8 the dev/test questions were drawn with the run's seed:
   # a seed-0 record is the same subsample, a seed-1 record is not.
   config = load_config("configs/squad_longdoc.py:cpu")
   current = checks.fingerprint(config, "maxp")
   assert current["data.subsample_seed"] == 0
   before = {k: v for k, v in current.items() if k != "data.subsample_seed"}
-  assert checks.stale_keys(before, current) == []
-  assert checks.stale_keys(dict(before, seed=1), dict(current, seed=1)) == [
+  assert checks.stale_keys(before, current, "maxp") == []
+  assert checks.stale_keys(dict(before, seed=1), dict(current, seed=1),
+                           "maxp") == [
       "data.subsample_seed: 1 -> 0"]
   # Until training segments covered the span inference scores they stopped
   # at k_train: a MaxP-all, GoldP or BeST record from then is stale, while
@@ -92,7 +100,7 @@ def test_work_recorded_before_a_setting_changed_meaning_still_resumes():
     current = checks.fingerprint(config, regime)
     before = {k: v for k, v in current.items()
               if k != "segments.training_span"}
-    assert checks.stale_keys(before, current) == (
+    assert checks.stale_keys(before, current, regime) == (
         [] if regime == "firstp" else
         ["segments.training_span: 'leading k_train' -> 'inference'"])
   # k_train sizes BeST's joint step alone: raising it (as the log advises)
@@ -102,9 +110,10 @@ def test_work_recorded_before_a_setting_changed_meaning_still_resumes():
   for regime in ("firstp", "maxp_all", "goldp"):
     recorded = dict(checks.fingerprint(config, regime),
                     **{"segments.k_train": 12})
-    assert checks.stale_keys(recorded, checks.fingerprint(wider, regime)) == []
+    assert checks.stale_keys(recorded, checks.fingerprint(wider, regime),
+                             regime) == []
   assert checks.stale_keys(checks.fingerprint(config, "best"),
-                           checks.fingerprint(wider, "best")) == [
+                           checks.fingerprint(wider, "best"), "best") == [
                                "segments.k_train: 12 -> 13"]
 
 
@@ -183,6 +192,9 @@ def test_train_end_to_end_resume_and_pretrained_restarts(tmp_path,
   os.remove(os.path.join(workdir, "segments", "BeST-2.json"))
   shutil.rmtree(os.path.join(workdir, "runs"))
   starts.clear()
+  # The rerun selects BeST-2's segments in parts of 16 pairs, which must
+  # choose what the whole-schedule selection chose.
+  monkeypatch.setattr(plans, "SELECT_PAIRS", 16)
   assert cli.main(argv + ARGS) == 0
   assert set(starts) == {"best2"}
   log = open(os.path.join(workdir, "log.txt")).read()
@@ -193,8 +205,8 @@ def test_train_end_to_end_resume_and_pretrained_restarts(tmp_path,
   assert re.search(r"best1: the joint step scored the leading "
                    r"segments.k_train=4 training segments; \d+ of the \d+ "
                    r"documents segmented so far \(by this process\) have "
-                   r"more .*BeST-2 onwards selects among all of them "
-                   r"\(segments.k_train=\d+ would let BeST-1 see them all\)",
+                   r"more .*BeST-2 onwards selects among all of them"
+                   r"; segments.k_train=\d+ would let BeST-1 see them all",
                    log)
   assert _runs(workdir) == first
 

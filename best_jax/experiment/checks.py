@@ -95,11 +95,13 @@ _ADDED = {"best.theta0": "joint", "segments.unit": "window",
           "segments.training_span": "leading k_train"}
 
 
-def stale_keys(recorded: dict[str, Any], current: dict[str, Any]
-               ) -> list[str]:
-  """`key: old -> new` for every setting that differs (a recorded setting
-  no longer fingerprinted is ignored; one added since reads its default on
-  whichever side lacks it)."""
+def stale_keys(recorded: dict[str, Any], current: dict[str, Any],
+               regime: str) -> list[str]:
+  """`key: old -> new` for every setting that differs between a `regime`
+  stage's record and its `current` fingerprint (a recorded setting of
+  another regime's sections, fingerprinted for every regime before it became
+  one regime's, is ignored; one added since reads its default on whichever
+  side lacks it)."""
   recorded = {k: v for k, v in recorded.items() if not k.startswith(_NOT_MODEL)}
   current = dict(current)
   for key, value in _ADDED.items():
@@ -107,11 +109,10 @@ def stale_keys(recorded: dict[str, Any], current: dict[str, Any]
       recorded[key] = value(recorded) if callable(value) else value
     elif key in recorded and key not in current:
       current[key] = value(current) if callable(value) else value
-  # A key of one regime's sections that `current` lacks is another regime's
-  # (or was fingerprinted for every regime before it became one's).
-  one_regime = tuple(p for ps in _REGIME_SECTIONS.values() for p in ps)
+  others = tuple(p for r, ps in _REGIME_SECTIONS.items() if r != regime
+                 for p in ps)
   recorded = {k: v for k, v in recorded.items()
-              if k in current or not k.startswith(one_regime)}
+              if k in current or not k.startswith(others)}
   keys = sorted(set(recorded) | set(current))
   return [f"{k}: {recorded.get(k, '(unset)')!r} -> {current.get(k, '(unset)')!r}"
           for k in keys if recorded.get(k) != current.get(k)]

@@ -30,6 +30,10 @@ from best_jax.train import best as best_lib
 from best_jax.train import token_budget
 from best_jax.train.loop import Evaluate
 
+# Pairs a selection scores per call: bounds its `[pairs, segments]` score
+# buffer (replicated; its width is the part's longest document) on every
+# device, which for whole long documents could otherwise reach gigabytes.
+SELECT_PAIRS = 65_536
 
 def stage_seed(config: ml_collections.ConfigDict, name: str) -> int:
   return config.seed + zlib.crc32(name.encode()) % 100_000
@@ -103,8 +107,13 @@ def select_segments(inputs: Inputs, ranker: Ranker, params: Any, name: str
                     ) -> tuple[dict[Pair, int], tuple[int, int]]:
   """The frozen model's argmax over the training segments of every pair of
   the schedule (scored on the devices; only the indices come back), and
-  (rows this process built, rows of all processes)."""
+  (rows this process built, rows of all processes). Pairs go through in
+  parts of `SELECT_PAIRS`, each with its own `[pairs, segments]` buffer."""
   pairs = schedule_pairs(inputs.schedule)
   scorer = ranker.train_scorer
-  chosen = scorer.score(params, pairs, desc=f"select ({name})").select()
-  return chosen, scorer.built
+  chosen, built = {}, (0, 0)
+  for start in range(0, len(pairs), SELECT_PAIRS):
+    part = pairs[start:start + SELECT_PAIRS]
+    chosen.update(scorer.score(params, part, desc=f"select ({name})").select())
+    built = tuple(a + b for a, b in zip(built, scorer.built))
+  return chosen, built

@@ -259,5 +259,5 @@ def _log_joint_span(out: Workdir, inputs: Inputs, iterations: int) -> None:
             f"{max(beyond)} more)"
             + ("; BeST-2 onwards selects among all of them" if iterations > 1
                else "")
-            + f" (segments.k_train={k + max(beyond)} would let BeST-1 see "
-            "them all)")
+            + f"; segments.k_train={k + max(beyond)} would let BeST-1 see "
+            "them all")

@@ -90,9 +90,10 @@ class Stages:
           continue
         for path in sorted(directory.glob("*.json")):
           record = self.workdir.read_local_json(path)
+          regime = record["regime"]
           for change in checks.stale_keys(
-              record["settings"],
-              checks.fingerprint(self.config, record["regime"])):
+              record["settings"], checks.fingerprint(self.config, regime),
+              regime):
             stages = changed.setdefault(change, [])
             if path.stem not in stages:
               stages.append(path.stem)

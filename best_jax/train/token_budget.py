@@ -5,8 +5,9 @@ rows one device encodes in one pass. `unit_of_examples` names each
 example's unit as `steps.micro_batches` and the batch sharding place it;
 `choose_tokens` picks one or two stream sizes T per unit from the first
 batches of the schedule (those that would have encoded them in the fewest
-tokens; a second only when it saves `MIN_SAVING` of them, since each is one
-more compiled step), the same on every process because every process can
+tokens; two only when they take `MIN_SAVING` fewer tokens than the best
+single size, or when no single size saves the 5% unpadding must, since each
+size is one more compiled step), the same on every process because every process can
 build every example. `UnpaddedSteps` checks each batch on the host (its
 largest unit, agreed over the processes through the coordinator, never a
 device collective, so the steps still dispatch ahead) and runs the step
@@ -34,8 +35,8 @@ from best_jax.train import distributed
 
 # T is chosen from this many first batches, in multiples of MULTIPLE; up
 # to MAX_BUDGETS sizes: the sizes must save 5% of the padded rows' tokens
-# over those batches, and each size more a further MIN_SAVING of the
-# fewer sizes' cost (one more compiled step each).
+# over those batches, and more sizes are kept only when they cost MIN_SAVING
+# less than the fewer sizes that already save 5% (if any do).
 SAMPLE_BATCHES = 16
 MULTIPLE = 64
 MAX_BUDGETS = 2
