@@ -16,8 +16,9 @@ Assumptions (each a flag; the README table states them):
   90th percentile 3,259 subword tokens; 437 body tokens per 512-token segment
   (512 − 48 query − 24 title − 3 special tokens: the full squad_longdoc
   config's limits); training segments have random lengths, 237 body tokens
-  on average (measured with the full squad_longdoc config on its 227
-  documents, seeds 0-2), over the whole document;
+  on average (the full squad_longdoc config on its 227 documents, seeds
+  0-2: `best_jax segment --training`, launch/README.md), over the whole
+  document;
 - dev: 5,193 queries (qrels.msmarco-doc.dev.txt) × top 100, all segments;
   dev checks during training: 500 dev queries every 500 steps (the full
   squad_longdoc config);

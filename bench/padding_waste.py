@@ -75,6 +75,7 @@ def unpadded_padding(inputs, build, num_batches: int, config, bert) -> dict:
                + 2 * bert.hidden_size * bert.intermediate_size)
   attention = 4 * bert.hidden_size  # × length² per row
   real = spent = useful = flops = fits = 0
+  attended = attention_flops = 0
   batches = examples.first_batches(num_batches, config.train.batch_size)
   for batch in batches:
     masks = np.stack([e["attention_mask"] for e in batch])
@@ -84,15 +85,21 @@ def unpadded_padding(inputs, build, num_batches: int, config, bert) -> dict:
     # The product's rule: the smallest size every unit fits, else padded.
     largest = token_budget.largest_unit(
         masks, token_budget.unit_of_examples(len(batch), steps, 1))
-    budget = next((t for t in tokens or () if largest <= t), None)
+    budget = token_budget.smallest_fit(largest, tokens or ())
     fits += budget is not None
     encoded = masks.size if budget is None else budget * steps
     real += need
     spent += encoded
-    useful += need * dense + attention * int(np.sum(lengths ** 2))
-    flops += encoded * dense + attention * len(lengths) * length ** 2
+    attended += attention * int(np.sum(lengths ** 2))
+    attention_flops += attention * len(lengths) * length ** 2
+    useful += need * dense
+    flops += encoded * dense
+  useful += attended
+  flops += attention_flops
   return {"tokens": tokens, "batches": len(batches), "unpadded_steps": fits,
-          "token_padding": 1 - real / spent, "flop_padding": 1 - useful / flops}
+          "token_padding": 1 - real / spent, "flop_padding": 1 - useful / flops,
+          "attention_padding": 1 - attended / attention_flops,
+          "attention_share": attention_flops / flops}
 
 
 def main(argv=None) -> int:
@@ -157,7 +164,9 @@ def main(argv=None) -> int:
       print(f"training, {name} unpadded ({result['tokens']} "
             f"tokens; {result['unpadded_steps']} of {result['batches']} "
             f"batches fit): {result['token_padding']:.1%} of tokens, "
-            f"{result['flop_padding']:.1%} of FLOPs padding")
+            f"{result['flop_padding']:.1%} of FLOPs padding (attention, "
+            f"{result['attention_share']:.1%} of the FLOPs: "
+            f"{result['attention_padding']:.1%} padding)")
   num_candidates = sum(map(len, inputs.candidates["test"].values()))
   result = {"config": args.config, "overrides": args.config_overrides,
             "family": family, "max_len": max_len,

@@ -441,6 +441,21 @@ def test_segment_command(tmp_path, capsys):
   assert "segments per document" in capsys.readouterr().out
   assert cli.main(["segment", "--corpus", str(corpus), "--max-len", "5"]) == 2
   assert "no room" in capsys.readouterr().err
+  # --training: seeded random lengths from --min-len up, over the same text,
+  # as `best_jax train` segments it (per document, whatever the batch size).
+  def train(*more):
+    assert cli.main(["segment", "--corpus", str(corpus), "--max-len", "14",
+                     "--max-query-len", "2", "--max-title-len", "2",
+                     "--training", "--min-len", "2", "--out", str(out),
+                     *more]) == 0
+    return json.loads(out.read_text())
+  first, again = train("--seed", "5"), train("--seed", "5", "--batch-size", "1")
+  assert first == dict(again, config=first["config"])
+  assert first["training"] and first["seed"] == 5
+  assert first["tokens_per_document"] == stats["tokens_per_document"]
+  assert first["segment_body_tokens"]["total"] == 17 + 3
+  assert (first["segments_per_document"]["total"]
+          > stats["segments_per_document"]["total"])
 
 
 def test_segment_cache_keeps_the_most_recent_documents():

@@ -35,6 +35,7 @@ from best_jax.train.loop import Evaluate
 # device, which for whole long documents could otherwise reach gigabytes.
 SELECT_PAIRS = 65_536
 
+
 def stage_seed(config: ml_collections.ConfigDict, name: str) -> int:
   return config.seed + zlib.crc32(name.encode()) % 100_000
 

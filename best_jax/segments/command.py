@@ -2,9 +2,11 @@
 
     python -m best_jax segment --corpus corpus.jsonl --max-len 256 --out stats.json
 
-Segments every document as inference does (all segments) and prints the
-count, mean, median, 90th percentile and maximum of document tokens, segments
-per document and segment body tokens; `--out` writes them as JSON.
+Segments every document as inference does (all segments), or with
+`--training` as training does (seeded random lengths from `--min-len` up),
+and prints the count, mean, median, 90th percentile and maximum of document
+tokens, segments per document and segment body tokens; `--out` writes them
+as JSON.
 """
 
 from __future__ import annotations
@@ -38,6 +40,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       help="title tokens kept (default %(default)s)")
   parser.add_argument("--unit", choices=UNITS, default=defaults.unit,
                       help="windows of sentences or single sentences")
+  parser.add_argument("--training", action="store_true",
+                      help="random-length training segments instead")
+  parser.add_argument("--min-len", type=int, default=defaults.min_len,
+                      help="shortest training target (default %(default)s)")
+  parser.add_argument("--seed", type=int, default=0,
+                      help="seeds the training lengths (default %(default)s)")
   parser.add_argument("--splitter", choices=SPLITTERS,
                       default=defaults.splitter, help="sentence splitter")
   parser.add_argument("--batch-size", type=int, default=64,
@@ -51,7 +59,8 @@ def main(args: argparse.Namespace) -> int:
     raise InputError("--batch-size must be >= 1")
   config = SegmenterConfig(max_len=args.max_len,
                            max_query_len=args.max_query_len,
-                           max_title_len=args.max_title_len, unit=args.unit,
+                           max_title_len=args.max_title_len,
+                           min_len=args.min_len, unit=args.unit,
                            splitter=args.splitter)
   corpus = list(read_corpus(args.corpus).values())
   segmenter = Segmenter(config)
@@ -60,7 +69,9 @@ def main(args: argparse.Namespace) -> int:
     for first in range(0, len(corpus), args.batch_size):
       docs = corpus[first:first + args.batch_size]
       tokenized = segmenter.tokenize([(d.title, d.text) for d in docs])
-      batch = segmenter.segment_tokenized(tokenized)
+      batch = segmenter.segment_tokenized(
+          tokenized, training=args.training,
+          seeds=[[args.seed, first + i] for i in range(len(docs))])
       doc_tokens.extend(len(t.token_ids) for t in tokenized)
       title_tokens.extend(batch.title_lengths_d.tolist())
       segments.extend(batch.num_segments_d.tolist())
@@ -70,6 +81,8 @@ def main(args: argparse.Namespace) -> int:
   stats = {
       "corpus": args.corpus,
       "config": dataclasses.asdict(config),
+      "training": args.training,
+      "seed": args.seed,
       "content_len": config.content_len,
       "documents": len(corpus),
       "tokens_per_document": summarize(doc_tokens),

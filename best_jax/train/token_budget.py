@@ -7,14 +7,14 @@ example's unit as `steps.micro_batches` and the batch sharding place it;
 batches of the schedule (those that would have encoded them in the fewest
 tokens; two only when they take `MIN_SAVING` fewer tokens than the best
 single size, or when no single size saves the 5% unpadding must, since each
-size is one more compiled step), the same on every process because every process can
-build every example. `UnpaddedSteps` checks each batch on the host (its
-largest unit, agreed over the processes through the coordinator, never a
-device collective, so the steps still dispatch ahead) and runs the step
-compiled for the smallest T that fits, or, when none does, the padded step:
-T changes only the speed, never the result beyond float rounding. (A branch inside one compiled step would keep the
-residuals of both branches for the backward pass, which cost more than
-unpadding saved.)
+size is one more compiled step), the same on every process because every
+process can build every example. `UnpaddedSteps` checks each batch on the
+host (its largest unit, agreed over the processes through the coordinator,
+never a device collective, so the steps still dispatch ahead) and runs the
+step compiled for `smallest_fit`, or, when no T fits, the padded step: T
+changes only the speed, never the result beyond float rounding. (A branch
+inside one compiled step would keep the residuals of both branches for the
+backward pass, which cost more than unpadding saved.)
 
 `train.unpadded` turns it on for the cross-encoder's steps: the
 one-segment regimes' (FirstP, MaxP-all, GoldP, BeST iterations ≥ 2) and
@@ -69,6 +69,12 @@ def largest_unit(mask: np.ndarray, units: np.ndarray) -> int:
   return int(np.bincount(units, counts).max())
 
 
+def smallest_fit(need: int, budgets: Sequence[int]) -> int | None:
+  """The smallest of `budgets` (ascending) that holds `need` tokens, or
+  None: the step a batch whose largest unit needs that many runs."""
+  return next((t for t in budgets if need <= t), None)
+
+
 def choose_tokens(batches: Iterable[list[Mapping[str, np.ndarray]]], *,
                   steps: int, shards: int) -> tuple[int, ...] | None:
   """The stream sizes T per unit (ascending, at most `MAX_BUDGETS`) that
@@ -86,7 +92,7 @@ def choose_tokens(batches: Iterable[list[Mapping[str, np.ndarray]]], *,
   if not needs:
     return None
   def cost(budgets):
-    return sum(next((t for t in budgets if n <= t), capacity) for n in needs)
+    return sum(smallest_fit(n, budgets) or capacity for n in needs)
   sizes = sorted({-(-n // MULTIPLE) * MULTIPLE for n in needs})
   chosen, limit = None, 0.95 * capacity * len(needs)
   for count in range(1, min(MAX_BUDGETS, len(sizes)) + 1):
@@ -121,7 +127,7 @@ class UnpaddedSteps:
   def __call__(self, state, batch):
     need = self.agreed_need(batch_need(batch["attention_mask"], self.steps,
                                        self.shards))
-    tokens = next((t for t in self.tokens if need <= t), None)
+    tokens = smallest_fit(need, self.tokens)
     fits = tokens is not None
     state, metrics = self.step_fn(state, batch, tokens)
     if fits:
