@@ -18,14 +18,15 @@ reports the fraction of the encoder's row tokens that are padding:
   (`experiment.examples`; the joint step encodes every one of its `k_train`
   segment rows, valid or not): padded rows (`max_len`, or the bi-encoder's
   content and query lengths), and, for the cross-encoder, the unpadded
-  stream with `train.unpadded`'s budget (the joint step: θ⁽⁰⁾'s rows; θ⁽¹⁾'s
-  selected rows, one in `k_train`, stay padded)
-  (`train.token_budget.choose_tokens` on the first 16 batches, as
-  `best_jax train` chooses it; a batch that does not fit counts padded).
+  stream with `train.unpadded`'s budgets (the joint step: θ⁽⁰⁾'s rows;
+  θ⁽¹⁾'s selected rows, one in `k_train`, stay padded)
+  (`train.token_budget.choose_budgets` on the first 16 batches, as
+  `best_jax train` chooses them; a batch that fits none counts padded).
 
 Tokens, and for the unpadded steps also FLOPs: dense layers cost the same
-per token, and attention, which runs on the padded rows either way, costs
-4·L²·hidden per row and layer (the useful part: 4·len²·hidden).
+per token, and attention costs 4·ℓ²·hidden per row and layer at the
+length ℓ it runs at (L on padded rows; unpadded, its length group's, for
+every row the group holds; the useful part: 4·len²·hidden).
 """
 
 from __future__ import annotations
@@ -63,14 +64,18 @@ def training_padding(inputs, build, num_batches: int) -> float:
 def unpadded_padding(inputs, build, num_batches: int, config, bert) -> dict:
   """Token and FLOP padding of the first `num_batches` batches as the
   unpadded `train_step` encodes them on one device (a unit per
-  micro-batch), with the budget `best_jax train` chooses."""
+  micro-batch), with the budgets `best_jax train` chooses: the stream's
+  tokens, and attention on the budget's length groups of rows (a batch
+  that fits no budget: every row padded)."""
   from best_jax.experiment.examples import GroupExamples
+  from best_jax.models.unpadding import group_lengths
   from best_jax.train import token_budget
   examples = GroupExamples(inputs.schedule, build)
   steps = config.train.get("accumulation_steps", 1)
-  tokens = token_budget.choose_tokens(
+  budgets = token_budget.choose_budgets(
       examples.first_batches(token_budget.SAMPLE_BATCHES,
-                             config.train.batch_size), steps=steps, shards=1)
+                             config.train.batch_size), steps=steps, shards=1,
+      attention_groups=config.train.get("attention_groups", 1))
   dense = 2 * (4 * bert.hidden_size ** 2
                + 2 * bert.hidden_size * bert.intermediate_size)
   attention = 4 * bert.hidden_size  # × length² per row
@@ -82,21 +87,30 @@ def unpadded_padding(inputs, build, num_batches: int, config, bert) -> dict:
     length = masks.shape[-1]
     lengths = masks.reshape(-1, length).sum(-1)
     need = int(lengths.sum())
-    # The product's rule: the smallest size every unit fits, else padded.
-    largest = token_budget.largest_unit(
-        masks, token_budget.unit_of_examples(len(batch), steps, 1))
-    budget = token_budget.smallest_fit(largest, tokens or ())
+    # The product's rule (`UnpaddedSteps`): the first budget every unit
+    # fits, else padded.
+    units = token_budget.unit_of_examples(len(batch), steps, 1)
+    index = token_budget.smallest_budget(
+        token_budget.largest_unit(masks, units),
+        token_budget.rows_above(masks, units), budgets)
+    budget = budgets[index] if index < len(budgets) else None
     fits += budget is not None
-    encoded = masks.size if budget is None else budget * steps
     real += need
-    spent += encoded
+    spent += masks.size if budget is None else budget.tokens * steps
     attended += attention * int(np.sum(lengths ** 2))
-    attention_flops += attention * len(lengths) * length ** 2
+    if budget is None or not budget.rows:  # Every row at full length.
+      attention_flops += attention * len(lengths) * length ** 2
+    else:
+      group = np.asarray(group_lengths(length, len(budget.rows)))
+      attention_flops += attention * steps * int(
+          np.sum(np.asarray(budget.rows) * group ** 2))
     useful += need * dense
-    flops += encoded * dense
+    flops += (masks.size if budget is None else budget.tokens * steps) * dense
   useful += attended
   flops += attention_flops
-  return {"tokens": tokens, "batches": len(batches), "unpadded_steps": fits,
+  return {"tokens": [b.tokens for b in budgets],
+          "attention_rows": list(budgets[0].rows) if budgets else [],
+          "batches": len(batches), "unpadded_steps": fits,
           "token_padding": 1 - real / spent, "flop_padding": 1 - useful / flops,
           "attention_padding": 1 - attended / attention_flops,
           "attention_share": attention_flops / flops}
@@ -162,7 +176,8 @@ def main(argv=None) -> int:
       unpadded[name] = result = unpadded_padding(inputs, build, args.batches,
                                                  config, bert)
       print(f"training, {name} unpadded ({result['tokens']} "
-            f"tokens; {result['unpadded_steps']} of {result['batches']} "
+            f"tokens, attention groups of {result['attention_rows']} rows; "
+            f"{result['unpadded_steps']} of {result['batches']} "
             f"batches fit): {result['token_padding']:.1%} of tokens, "
             f"{result['flop_padding']:.1%} of FLOPs padding (attention, "
             f"{result['attention_share']:.1%} of the FLOPs: "

@@ -5,12 +5,14 @@
 
 Builds the experiment's inputs and ranker as `best_jax train` does, the
 first `--steps` FirstP batches of the schedule (`experiment.examples`), and
-the stream size `best_jax train` chooses with `train.unpadded`
-(`train.token_budget.choose_tokens` on the first 16 batches). Then times
+the budgets `best_jax train` chooses with `train.unpadded`
+(`train.token_budget.choose_budgets` on the first 16 batches). Then times
 the jitted, donated `trainer.train_step` over those batches with padded
-rows and as `best_jax train` runs it with `train.unpadded`
-(`token_budget.UnpaddedSteps`: T, or padded for a batch that does not
-fit), alternating A B A B,
+rows, as `best_jax train` runs it with `train.unpadded`
+(`token_budget.UnpaddedSteps`: the first budget a batch fits, or padded),
+and, for comparison, the same budgets with attention on every row at full
+length (`rows=()`, how unpadded steps ran before attention length groups),
+alternating A B C A B C,
 `--repeats` times: seconds per step, median [min, max], and their ratio.
 The first pass of each (compilation) is timed apart.
 """
@@ -18,6 +20,7 @@ The first pass of each (compilation) is timed apart.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
@@ -58,11 +61,13 @@ def main(argv=None) -> int:
   build = examples.SegmentExamples(inputs, "firstp", config.seed,
                                    family=config.ranker.kind)
   source = examples.GroupExamples(inputs.schedule, build)
-  tokens = token_budget.choose_tokens(
+  budgets = token_budget.choose_budgets(
       source.first_batches(token_budget.SAMPLE_BATCHES, t.batch_size),
       steps=t.get("accumulation_steps", 1),
-      shards=token_budget.data_shards(trainer.batch_sharding))
-  if tokens is None:
+      shards=token_budget.data_shards(trainer.batch_sharding),
+      attention_groups=t.get("attention_groups", 1))
+  tokens = [b.tokens for b in budgets]
+  if not budgets:
     print("the budget rule leaves these rows padded: nothing to compare")
     return 1
   features = dict(build.features(t.group_size),
@@ -74,12 +79,14 @@ def main(argv=None) -> int:
   real = sum(int(np.asarray(b["attention_mask"]).sum()) for b in batches)
   capacity = sum(int(np.asarray(b["attention_mask"]).size) for b in batches)
 
-  states = {name: ranker.fresh_state(0) for name in ("padded", "unpadded")}
-  step_fns = {"padded": trainer.train_step,
-              "unpadded": token_budget.UnpaddedSteps(
-                  trainer.train_step, tokens,
-                  steps=t.get("accumulation_steps", 1),
-                  shards=token_budget.data_shards(trainer.batch_sharding))}
+  def unpadded(chosen):
+    return token_budget.UnpaddedSteps(
+        trainer.train_step, chosen, steps=t.get("accumulation_steps", 1),
+        shards=token_budget.data_shards(trainer.batch_sharding))
+  step_fns = {"padded": trainer.train_step, "unpadded": unpadded(budgets),
+              "unpadded, attention at full length": unpadded(
+                  [dataclasses.replace(b, rows=()) for b in budgets])}
+  states = {name: ranker.fresh_state(0) for name in step_fns}
 
   def run(name):
     for batch in batches:
@@ -102,20 +109,28 @@ def main(argv=None) -> int:
             "max": max(values), "all": values}
 
   ratio = [p / u for p, u in zip(seconds["padded"], seconds["unpadded"])]
-  result = {"tokens": tokens, "steps": len(batches),
+  groups = [f / u for f, u in zip(seconds["unpadded, attention at full length"],
+                                  seconds["unpadded"])]
+  result = {"tokens": tokens, "attention_rows": list(budgets[0].rows),
+            "steps": len(batches),
             "row_padding": 1 - real / capacity,
             "unpadded_steps": step_fns["unpadded"].unpadded,
             "padded_steps": step_fns["unpadded"].padded,
             "first_pass_seconds": first,
             "seconds_per_step": {k: summary(v) for k, v in seconds.items()},
-            "speedup": summary(ratio), "load_average": os.getloadavg()}
+            "speedup": summary(ratio),
+            "attention_groups_speedup": summary(groups),
+            "load_average": os.getloadavg()}
   for name, values in seconds.items():
     s = result["seconds_per_step"][name]
     print(f"{name}: {s['median']:.2f} s/step [{s['min']:.2f}, {s['max']:.2f}]"
           f" (first pass with compilation {first[name]:.0f} s)")
   print(f"unpadded ({tokens} tokens per device; rows {result['row_padding']:.1%}"
         f" padding) is {statistics.median(ratio):.2f}x [{min(ratio):.2f}, "
-        f"{max(ratio):.2f}] the padded step; load average "
+        f"{max(ratio):.2f}] the padded step and {statistics.median(groups):.2f}x "
+        f"[{min(groups):.2f}, {max(groups):.2f}] the unpadded step with "
+        f"attention at full length (attention groups of "
+        f"{result['attention_rows']} rows); load average "
         f"{result['load_average'][0]:.1f}")
   if args.json:
     with atomic_write(args.json) as f:

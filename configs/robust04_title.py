@@ -68,7 +68,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       loss="sigmoid_cross_entropy", batch_size=8, group_size=11,
       negatives_depth=100, num_steps=num_steps, accumulation_steps=1,
       log_every=50, eval_every=250, patience=3, checkpoint_every=250,
-      max_to_keep=1, unpadded=True))  # see configs/squad_longdoc.py
+      # Unpadded rows, attention in length groups: see configs/squad_longdoc.py.
+      max_to_keep=1, unpadded=True,
+      attention_groups=3))
   config.regimes = ("firstp", "maxp", "best")
   config.goldp = ml_collections.ConfigDict(dict(negatives="first"))
   config.best = ml_collections.ConfigDict(dict(

@@ -106,8 +106,10 @@ def _full() -> ml_collections.ConfigDict:
       fixed_order_reduction=False, log_every=50, eval_every=500, patience=3,
       checkpoint_every=500, max_to_keep=1,
       # Cross-encoder training rows (not QDS's) encoded as one token
-      # stream per device (best_jax/train/token_budget.py).
-      unpadded=True))
+      # stream per device (best_jax/train/token_budget.py), attention on
+      # rows grouped by length in up to 3 groups (1: every row at full
+      # length; each group is one more attention per layer to compile).
+      unpadded=True, attention_groups=3))
   config.regimes = ("firstp", "maxp", "maxp_all", "goldp", "best")
   config.goldp = ml_collections.ConfigDict(dict(negatives="random"))
   config.best = ml_collections.ConfigDict(dict(

@@ -49,8 +49,13 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       checkpoint_every=5,
       max_to_keep=3,
       # Cross-encoder rows as one token stream per device, as
-      # configs/squad_longdoc.py (best_jax/train/token_budget.py).
+      # configs/squad_longdoc.py (best_jax/train/token_budget.py), but
+      # attention on every row at full length: a stage of 20 steps spends
+      # more compiling than length groups would save (two groups made its
+      # train step compile 1.27x as long, three 1.49x; tests/test_bert.py,
+      # test_train_steps.py and test_multidevice.py cover the groups).
       unpadded=True,
+      attention_groups=1,
   ))
 
   # A random BertConfig.tiny() ranker with the MiniLM tokenizer's vocabulary,

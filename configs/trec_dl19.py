@@ -66,7 +66,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       loss="pairwise_hinge", batch_size=32, group_size=2, negatives_depth=100,
       num_steps=num_steps, accumulation_steps=1, log_every=100,
       eval_every=2000, patience=3, checkpoint_every=2000, max_to_keep=1,
-      unpadded=True))  # see configs/squad_longdoc.py
+      # Unpadded rows, attention in length groups: see configs/squad_longdoc.py.
+      unpadded=True,
+      attention_groups=3))
   config.regimes = ("firstp", "maxp", "best")
   config.goldp = ml_collections.ConfigDict(dict(negatives="first"))
   config.best = ml_collections.ConfigDict(dict(

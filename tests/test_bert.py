@@ -94,11 +94,15 @@ def test_dropout_only_with_rngs(attention_block):
 
 
 @pytest.mark.parametrize("dropout", [None, 3])
-def test_unpadded_encoding_equals_the_padded_one(dropout):
+@pytest.mark.parametrize("rows", [(), (0, 0, 0, 1, 0, 1, 0, 2)])
+def test_unpadded_encoding_equals_the_padded_one(dropout, rows):
   """`first_unpadded` of rows `[U, n, L]` (dense layers on a stream of each
-  unit's real tokens) gives the padded encoder's [CLS] states, with the same
-  dropout draws when training; an empty row stays finite, and a unit whose
-  tokens do not fit the stream is NaN, never silently truncated."""
+  unit's real tokens; attention on every row at L, or on length groups:
+  rows 12 and 7 at 12, 3 at 9 and the empty one at 6 in the first unit)
+  gives the padded encoder's [CLS] states, with the same dropout draws when
+  training; an empty row stays finite, and a unit whose tokens do not fit
+  the stream, or whose rows do not fit the groups, is NaN, never silently
+  truncated."""
   encoder = BertEncoder(BertConfig.tiny(), rngs=nnx.Rngs(0))
   lengths = np.asarray([12, 7, 3, 0, 9, 12, 5, 1])
   mask = np.arange(12) < lengths[:, None]
@@ -109,21 +113,25 @@ def test_unpadded_encoding_equals_the_padded_one(dropout):
   want = np.asarray(encoder(ids, mask, types, rngs=rngs(), first_only=True))
   as_units = lambda x: x.reshape(2, 4, 12)  # pylint: disable=unnecessary-lambda-assignment
   need = int(max(lengths[:4].sum(), lengths[4:].sum()))  # 27
-  got = np.asarray(encoder.first_unpadded(
-      as_units(ids), as_units(mask), as_units(types), tokens=need,
-      rngs=rngs()))
+  encode = lambda tokens, rows: np.asarray(encoder.first_unpadded(  # pylint: disable=unnecessary-lambda-assignment
+      as_units(ids), as_units(mask), as_units(types), tokens=tokens,
+      rows=rows, rngs=rngs()))
+  got = encode(need, rows)
   valid = lengths > 0
   np.testing.assert_allclose(got[valid], want[valid], atol=2e-5)
   assert np.isfinite(got).all()
   if dropout is not None:  # Training draws differ from evaluation's.
     evaluation = np.asarray(encoder(ids, mask, types, first_only=True))
     assert np.abs(got - evaluation)[valid].max() > 1e-2
-  short = np.asarray(encoder.first_unpadded(
-      as_units(ids), as_units(mask), as_units(types), tokens=need - 1,
-      rngs=rngs()))
+  short = encode(need - 1, rows)
   assert np.isnan(short[4:]).all()                 # 27 tokens > 26
   np.testing.assert_allclose(short[:4][valid[:4]], want[:4][valid[:4]],
                              atol=2e-5)            # 22 tokens fit
+  if rows:  # One row at 12, 8 and 3 each: the second unit's 9 is too long.
+    crowded = encode(need, (0, 1, 0, 0, 1, 0, 0, 1))
+    assert np.isnan(crowded[4:]).all()
+    np.testing.assert_allclose(crowded[:4][valid[:4]], want[:4][valid[:4]],
+                               atol=2e-5)
 
 
 def test_train_step_pattern_under_jit():

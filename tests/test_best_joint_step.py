@@ -9,9 +9,11 @@ import pytest
 from flax import nnx
 
 from best_jax.models import BertConfig, CrossEncoderRanker
+from best_jax.models.unpadding import TokenBudget
 from best_jax.experiment import plans
 from best_jax.train import best as best_lib
 from best_jax.train import steps as steps_lib
+from best_jax.train import token_budget
 from best_jax.config import load_config
 from best_jax.train.sharding import make_mesh
 from best_jax.train.trainer import build_trainer
@@ -170,8 +172,9 @@ def test_the_joint_plan_passes_the_configured_accumulation(monkeypatch):
 
 def test_unpadded_joint_step_equals_the_padded_one():
   """θ⁽⁰⁾'s segment rows as one stream (`tokens` = the batch's real
-  tokens), a missing segment's row holding none: the same losses,
-  selections and updates, dropout included."""
+  tokens), a missing segment's row holding none, attention on every row or
+  on length groups just large enough: the same losses, selections and
+  updates, dropout included."""
   config = tiny_config()
   config.optimizer.warmup_steps = 0
   model_config = BertConfig.tiny(num_layers=1, hidden_dropout=0.1,
@@ -193,16 +196,22 @@ def test_unpadded_joint_step_equals_the_padded_one():
     batch["attention_mask"][b, g, segment] = False
   need = int(batch["attention_mask"].sum())
   assert need < batch["attention_mask"].size
+  above = token_budget.rows_above(batch["attention_mask"], np.zeros(4, int))
+  rows = tuple(int(r) for r in np.append(-np.diff(above), above[-1]))
+  assert sum(r > 0 for r in rows) > 1 and sum(rows) == 21  # 3 rows empty
   out = {}
-  for tokens in (None, need):
+  for budget in (None, TokenBudget(need), TokenBudget(need, rows)):
     states, metrics = step((trainer.init(0), trainer.init(1)),
-                           trainer.put(batch), tokens)
-    out[tokens] = jax.device_get((states, metrics))
-  (padded, padded_metrics), (unpadded, metrics) = out[None], out[need]
-  np.testing.assert_array_equal(metrics["selected"], padded_metrics["selected"])
-  for name in ("loss0", "loss1"):
-    np.testing.assert_allclose(metrics[name], padded_metrics[name], rtol=1e-5)
-  for model in (0, 1):
-    for a, b in zip(jax.tree.leaves(padded[model].params),
-                    jax.tree.leaves(unpadded[model].params)):
-      np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
+                           trainer.put(batch), budget)
+    out[budget] = jax.device_get((states, metrics))
+  padded, padded_metrics = out.pop(None)
+  for unpadded, metrics in out.values():
+    np.testing.assert_array_equal(metrics["selected"],
+                                  padded_metrics["selected"])
+    for name in ("loss0", "loss1"):
+      np.testing.assert_allclose(metrics[name], padded_metrics[name],
+                                 rtol=1e-5)
+    for model in (0, 1):
+      for a, b in zip(jax.tree.leaves(padded[model].params),
+                      jax.tree.leaves(unpadded[model].params)):
+        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)

@@ -6,6 +6,7 @@ import pytest
 
 from best_jax.models.bert_config import BertConfig
 from best_jax.models.ranker import CrossEncoderRanker
+from best_jax.models.unpadding import TokenBudget
 from best_jax.train import sharding
 from best_jax.train import token_budget
 from best_jax.train import trainer as trainer_lib
@@ -97,8 +98,8 @@ def test_init_from_given_params_places_them_sharded(results):
 def test_unpadded_training_on_shards_equals_padded_on_one_device(shape):
   """Each data shard's micro-batch is one unpadded stream (units = data
   shards): with dropout off, the same update as padded rows on 1 device;
-  the batch's need is its largest (micro-batch, shard) unit, read from the
-  devices' shards."""
+  the budget every unit fits (tokens, rows per attention length group) is
+  read from the devices' shards."""
   config = tiny_config()
   config.train.accumulation_steps = 2
   config.train.fixed_order_reduction = False
@@ -106,13 +107,23 @@ def test_unpadded_training_on_shards_equals_padded_on_one_device(shape):
                                  attention_dropout=0.0)
   batch = synthetic_batch(0, batch_size=16, group_size=2, length=16,
                           vocab_size=128)
+  lengths = np.random.default_rng(0).integers(3, 17, (16, 2))
+  batch["attention_mask"] = (np.arange(16) < lengths[..., None]).astype(
+      batch["attention_mask"].dtype)
+  batch["input_ids"] = batch["input_ids"] * batch["attention_mask"]
   units = token_budget.unit_of_examples(16, 2, shape[0])
   counts = batch["attention_mask"].reshape(16, -1).sum(1)
   need = int(np.bincount(units, counts).max())
+  # Groups just large enough (no slack): the rows of a unit that are above
+  # each group's shorter neighbour.
+  above = token_budget.rows_above(batch["attention_mask"], units)
+  rows = tuple(int(r) for r in np.append(-np.diff(above), above[-1]))
+  assert sum(r > 0 for r in rows) > 1  # several lengths
+  fitting = TokenBudget(need, rows)
   out = {}
-  for name, mesh_shape, tokens in (("padded", (1, 1), None),
-                                   ("unpadded", shape, need),
-                                   ("one short", shape, need - 1)):
+  for name, mesh_shape, budget in (
+      ("padded", (1, 1), None), ("unpadded", shape, fitting),
+      ("one short", shape, TokenBudget(need - 1, rows))):
     mesh = sharding.make_mesh(mesh_shape, ("data", "model"),
                               jax.devices()[:mesh_shape[0] * mesh_shape[1]])
     trainer = trainer_lib.build_trainer(
@@ -120,10 +131,11 @@ def test_unpadded_training_on_shards_equals_padded_on_one_device(shape):
         mesh)
     placed = trainer.put(batch)
     step = trainer.train_step
-    if tokens is not None:
-      assert token_budget.batch_need(placed["attention_mask"], 2,
-                                     shape[0]) == need
-      step = token_budget.UnpaddedSteps(step, (tokens,), steps=2,
+    if budget is not None:
+      assert token_budget.batch_fit(placed["attention_mask"],
+                                    (TokenBudget(need - 1, rows), fitting), 2,
+                                    shape[0]) == 1
+      step = token_budget.UnpaddedSteps(step, (budget,), steps=2,
                                         shards=shape[0])
     state, metrics = step(trainer.init(0), placed)
     out[name] = jax.device_get((jax.tree.leaves(state.params), metrics))

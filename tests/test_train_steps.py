@@ -13,6 +13,7 @@ from flax import nnx
 
 from best_jax.models.bert_config import BertConfig
 from best_jax.models.ranker import CrossEncoderRanker
+from best_jax.models.unpadding import TokenBudget
 from best_jax.train import losses
 from best_jax.train import optimizer as optimizer_lib
 from best_jax.train import sharding
@@ -311,7 +312,8 @@ def test_unpadded_step_equals_the_padded_step(accumulation_steps, dropout):
   assert need < batch["attention_mask"].size / accumulation_steps
   results = {}
   for tokens in (None, int(need), int(need) - 1):
-    step = token_budget.UnpaddedSteps(trainer.train_step, (tokens or 10**6,),
+    step = token_budget.UnpaddedSteps(trainer.train_step,
+                                      (TokenBudget(tokens or 10**6),),
                                       steps=accumulation_steps, shards=1)
     if tokens is None:
       step = trainer.train_step
@@ -330,7 +332,7 @@ def test_unpadded_step_equals_the_padded_step(accumulation_steps, dropout):
   start = trainer.init(0)
   start_params = jax.device_get(start.params)  # `start` is donated.
   state, metrics = trainer.train_step(start, trainer.put(batch),
-                                      int(need) // 2)
+                                      TokenBudget(int(need) // 2))
   assert not np.isfinite(jax.device_get(metrics["loss"]))
   assert int(state.nonfinite_step) == 0
   for a, b in zip(jax.tree.leaves(start_params),
@@ -407,16 +409,16 @@ def test_the_budget_encodes_the_first_batches_in_the_fewest_tokens():
   def batch(*lengths):
     return [{"attention_mask": np.arange(128) < n} for n in lengths]
   batches = [batch(60, 60), batch(50, 70), batch(64, 64), batch(120, 100)]
-  assert token_budget.choose_tokens(batches, steps=1, shards=1) == (128,)
+  assert _chosen(batches, steps=1, shards=1) == (128,)
   # Two units per batch (2 shards), one example each: the largest units
   # (60, 70, 64, 120) fit 64 twice: 64 + 128 + 64 + 128 < 4 · 128 (a second
   # size, 128, is the padded rows' size and saves nothing).
-  assert token_budget.choose_tokens(batches, steps=1, shards=2) == (64,)
+  assert _chosen(batches, steps=1, shards=2) == (64,)
   # Two micro-batches: the same units.
-  assert token_budget.choose_tokens(batches, steps=2, shards=1) == (64,)
+  assert _chosen(batches, steps=2, shards=1) == (64,)
   # Rows with little padding are left padded (saving < 5%).
   full = [batch(127, 128)] * 4
-  assert token_budget.choose_tokens(full, steps=1, shards=1) is None
+  assert _chosen(full, steps=1, shards=1) is None
 
 
 def test_a_second_budget_only_when_it_saves_enough():
@@ -427,11 +429,11 @@ def test_a_second_budget_only_when_it_saves_enough():
   def batch(*lengths):
     return [{"attention_mask": np.arange(128) < n} for n in lengths]
   batches = [batch(60, 60), batch(62, 62), batch(90, 90), batch(125, 125)]
-  assert token_budget.choose_tokens(batches, steps=1, shards=1) == (128, 192)
+  assert _chosen(batches, steps=1, shards=1) == (128, 192)
   with mock.patch.object(token_budget, "MIN_SAVING", 0.1):
-    assert token_budget.choose_tokens(batches, steps=1, shards=1) == (128,)
+    assert _chosen(batches, steps=1, shards=1) == (128,)
   with mock.patch.object(token_budget, "MAX_BUDGETS", 1):
-    assert token_budget.choose_tokens(batches, steps=1, shards=1) == (128,)
+    assert _chosen(batches, steps=1, shards=1) == (128,)
 
 
 def test_unpadded_steps_run_the_smallest_budget_that_fits():
@@ -439,12 +441,13 @@ def test_unpadded_steps_run_the_smallest_budget_that_fits():
   (tokens None) when it fits none; the counts say how many ran at each."""
   seen = []
 
-  def step_fn(state, batch, tokens):
+  def step_fn(state, batch, budget):
     del batch
-    seen.append(tokens)
+    seen.append(budget and budget.tokens)
     return state, {}
 
-  step = token_budget.UnpaddedSteps(step_fn, (192, 128), steps=1, shards=1)
+  step = token_budget.UnpaddedSteps(
+      step_fn, (TokenBudget(192), TokenBudget(128)), steps=1, shards=1)
   for need in (100, 128, 129, 192, 193):
     mask = jnp.asarray(np.arange(2 * 128).reshape(2, 128) < need)
     _, metrics = step(None, {"attention_mask": mask})
@@ -454,6 +457,46 @@ def test_unpadded_steps_run_the_smallest_budget_that_fits():
   assert step.unpadded == 4
 
 
+def _chosen(batches, **units):
+  """The stream sizes of `choose_budgets`' budgets (None for none)."""
+  return tuple(b.tokens for b in token_budget.choose_budgets(
+      batches, **units)) or None
+
+
+def test_attention_groups_hold_the_first_batches_rows_and_some_slack():
+  """Units of 32 rows of 64 tokens: the groups (rows up to 8, 16, …, 64
+  tokens) take the most rows the first batches had above each group's
+  shorter neighbour, plus 2 (1/16 of 32); a batch with more long rows than
+  that runs padded. One group allowed: every row at full length."""
+  def batch(lengths):
+    return [{"attention_mask": np.arange(64) < n} for n in lengths]
+  short = [10] * 30 + [60, 60]           # 2 rows above 56, 32 above 8
+  budgets = token_budget.choose_budgets([batch(short)] * 4, steps=1,
+                                        shards=1, attention_groups=2)
+  assert budgets[0].rows == (0, 28, 0, 0, 0, 0, 0, 4)
+  assert token_budget.choose_budgets([batch(short)] * 4, steps=1, shards=1,
+                                     attention_groups=1)[0].rows == ()
+  units = token_budget.unit_of_examples(32, 1, 1)
+  for count, fits in ((4, True), (5, False)):
+    lengths = [10] * (32 - count) + [60] * count
+    above = token_budget.rows_above(
+        np.stack([e["attention_mask"] for e in batch(lengths)]), units)
+    assert token_budget.fits_rows(above, budgets[0].rows) == fits
+  mask = jnp.asarray(np.arange(64) < np.asarray([10] * 27 + [60] * 5)[:, None])
+  assert token_budget.batch_fit(mask, budgets, 1, 1) == len(budgets)
+
+
+def test_fewer_attention_groups_take_the_cheapest_lengths():
+  """32 rows, 8 of them up to each of 1/8 … 4/8 of the length (plus 2 rows
+  of slack above each): with eight groups each holds its rows; with two,
+  the rows up to 4/8 share one group (30 · 4² + 2 · 8² attended, less
+  than any other split)."""
+  above = np.asarray([32, 24, 16, 8, 0, 0, 0, 0])
+  assert token_budget.group_rows(above, 32, 8) == (6, 8, 8, 8, 0, 0, 0, 2)
+  assert token_budget.group_rows(above, 32, 2) == (0, 0, 0, 30, 0, 0, 0, 2)
+  assert token_budget.group_rows(above, 32, 1) == (0, 0, 0, 0, 0, 0, 0, 32)
+
+
 def test_two_budgets_can_pass_where_neither_alone_saves_enough():
   """Nineteen batches need 3,904 of a unit's 4,096 slots and one needs
   2,048: 2,048 alone saves 2.5%, 3,904 alone 4.7% (both under the 5%
@@ -461,6 +504,6 @@ def test_two_budgets_can_pass_where_neither_alone_saves_enough():
   def batch(length):
     return [{"attention_mask": np.arange(2048) < length}] * 2
   batches = [batch(1952)] * 19 + [batch(1024)]
-  assert token_budget.choose_tokens(batches, steps=1, shards=1) == (2048, 3904)
+  assert _chosen(batches, steps=1, shards=1) == (2048, 3904)
   with mock.patch.object(token_budget, "MAX_BUDGETS", 1):
-    assert token_budget.choose_tokens(batches, steps=1, shards=1) is None
+    assert _chosen(batches, steps=1, shards=1) is None

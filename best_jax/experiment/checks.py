@@ -24,6 +24,7 @@ from best_jax.rerank.aggregate import AGGREGATIONS
 from best_jax.train.best import PAIRINGS
 from best_jax.train.losses import LOSSES
 from best_jax.train import sharding as sharding_lib
+from best_jax.train import token_budget
 
 
 RANKER_KINDS = ("cross", "bi")
@@ -38,6 +39,7 @@ THETA0 = ("joint", "pretrained")
 # `optimizer.total_steps` says.
 _NOT_MODEL = ("train.log_every", "train.checkpoint_every", "train.max_to_keep",
               "optimizer.total_steps", "train.unpadded",
+              "train.attention_groups",
               "eval.rows_per_call", "eval.depth", "best.max_iterations",
               "best.evaluate_theta0", "mesh.", "logical_axis_rules", "birch.",
               "regimes", "interpolate.", "peer.")
@@ -157,6 +159,11 @@ def check_config(config: ml_collections.ConfigDict) -> jax.sharding.Mesh:
                "accumulation_steps"):
     _require(int(t.get(name, 1)) >= 1,
              f"config.train.{name}={t.get(name)!r} must be at least 1")
+  groups = t.get("attention_groups", 1)
+  _require(isinstance(groups, int) and
+           1 <= groups <= token_budget.ATTENTION_GROUPS,
+           f"config.train.attention_groups={groups!r} must be a whole number "
+           f"from 1 to {token_budget.ATTENTION_GROUPS}")
   _require(t.group_size >= 2, f"config.train.group_size={t.group_size} must "
            "be at least 2 (a positive and a negative)")
   _require(t.patience >= 0, f"config.train.patience={t.patience} must be >= 0")

@@ -56,20 +56,21 @@ def segment_plan(name: str, regime: str, config: ml_collections.ConfigDict,
       features=build.features(config.train.group_size),
       batch_sharding=ranker.trainer.batch_sharding, evaluate=evaluate,
       positions=list(selected.values()) if selected else [],
-      tokens=_unpadded_tokens(config, ranker, examples))
+      budgets=_unpadded_budgets(config, ranker, examples))
 
 
-def _unpadded_tokens(config: ml_collections.ConfigDict, ranker: Ranker,
-                     examples: GroupExamples):
-  """With `train.unpadded` and cross-encoder rows: chooses the stream size
-  from the schedule's first batches (`train.token_budget`)."""
+def _unpadded_budgets(config: ml_collections.ConfigDict, ranker: Ranker,
+                      examples: GroupExamples):
+  """With `train.unpadded` and cross-encoder rows: chooses the budgets from
+  the schedule's first batches (`train.token_budget`)."""
   if not config.train.get("unpadded", False) or config.ranker.kind != "cross":
     return None
   t = config.train
-  return lambda: token_budget.choose_tokens(
+  return lambda: token_budget.choose_budgets(
       examples.first_batches(token_budget.SAMPLE_BATCHES, t.batch_size),
       steps=t.get("accumulation_steps", 1),
-      shards=token_budget.data_shards(ranker.trainer.batch_sharding))
+      shards=token_budget.data_shards(ranker.trainer.batch_sharding),
+      attention_groups=t.get("attention_groups", 1))
 
 
 def joint_plan(config: ml_collections.ConfigDict, inputs: Inputs,
@@ -90,7 +91,7 @@ def joint_plan(config: ml_collections.ConfigDict, inputs: Inputs,
       features=build.features(t.group_size),
       batch_sharding=ranker.trainer.batch_sharding, evaluate=evaluate,
       keep_final={"theta0": lambda state: state[0].params},
-      tokens=_unpadded_tokens(config, ranker, examples))
+      budgets=_unpadded_budgets(config, ranker, examples))
 
 
 def qds_plan(config: ml_collections.ConfigDict, inputs: Inputs,

@@ -31,6 +31,7 @@ from best_jax.errors import InputError
 from best_jax.experiment import checks
 from best_jax.experiment.examples import GroupExamples
 from best_jax.experiment.workdir import Workdir
+from best_jax.models.unpadding import TokenBudget
 from best_jax.train import loop
 from best_jax.train import token_budget
 from best_jax.train.checkpoint import Checkpointer, load_params, save_params
@@ -55,10 +56,10 @@ class Plan:
   # Selected segment positions to record (BeST iterations on selected
   # segments); the joint step reports its own.
   positions: list[int] = dataclasses.field(default_factory=list)
-  # Chooses the unpadded stream sizes that `step_fn(..., tokens=T)` takes
+  # Chooses the unpadded budgets that `step_fn(..., budget)` takes
   # (`train.unpadded`, `train.token_budget`); called only when training.
-  # None: padded rows.
-  tokens: Callable[[], tuple[int, ...] | None] | None = None
+  # None, or no budget: padded rows.
+  budgets: Callable[[], tuple[TokenBudget, ...]] | None = None
 
 
 @dataclasses.dataclass
@@ -129,14 +130,17 @@ class Stages:
     self.workdir.write_json(settings, CHECKPOINTS, f"{plan.name}.json")
     started = time.time()
     step_fn = plan.step_fn
-    tokens = plan.tokens() if plan.tokens else None
-    if tokens:
+    budgets = plan.budgets() if plan.budgets else ()
+    if budgets:
       step_fn = token_budget.UnpaddedSteps(
-          step_fn, tokens, steps=t.get("accumulation_steps", 1),
+          step_fn, budgets, steps=t.get("accumulation_steps", 1),
           shards=token_budget.data_shards(plan.batch_sharding))
-      self.workdir.log(f"{plan.name}: rows encoded unpadded, "
-                       f"{' or '.join(map(str, tokens))} tokens per data "
-                       "shard and micro-batch")
+      self.workdir.log(
+          f"{plan.name}: rows encoded unpadded, "
+          f"{' or '.join(str(b.tokens) for b in budgets)} tokens per data "
+          "shard and micro-batch; attention groups (rows up to 1/"
+          f"{len(budgets[0].rows)}, 2/{len(budgets[0].rows)}, ... of the "
+          f"row length) of {'/'.join(map(str, budgets[0].rows))} rows")
     with InputPipeline(plan.examples, plan.features,
                        global_batch_size=t.batch_size,
                        sharding=plan.batch_sharding) as batches, Checkpointer(
@@ -149,7 +153,7 @@ class Stages:
           log_every=t.log_every, checkpoint_every=t.get("checkpoint_every", 0),
           checkpointer=checkpointer, log=self.workdir.log)
     self.timings[f"train {plan.name}"] = time.time() - started
-    if tokens:
+    if budgets:
       at = ", ".join(f"{n} at {t}" for t, n in step_fn.steps_at.items())
       self.workdir.log(f"{plan.name}: {step_fn.unpadded} steps unpadded "
                        f"({at} tokens), {step_fn.padded} padded (their rows "

@@ -49,18 +49,23 @@ def attention_plan(batch: int, heads: int, length: int) -> int:
 
 def attention(q_bhqd, k_bhkd, v_bhkd, mask_bh1k, rate: float = 0.0,
               key: jax.Array | None = None,
-              pairs: tuple[jax.Array, int] | None = None) -> jax.Array:
+              pairs: tuple[jax.Array, int] | None = None,
+              rows: jax.Array | None = None,
+              padded: tuple[int, int] | None = None) -> jax.Array:
   """Softmax attention (float32 softmax), dropout on the probabilities.
 
   Works on `[batch, heads, q, d]`, or on `[pairs, q, d]` blocks with
-  `pairs=(first pair, heads)` (see `keep_mask`); `q` is already scaled.
+  `pairs=(first pair, heads)`; `q` is already scaled. `rows` and `padded`
+  (the padded rows of a length group and their scores' (q, k) sizes) draw
+  the dropout of those padded rows (see `keep_mask`).
   """
   logits_bhqk = jnp.einsum("...qd,...kd->...qk", q_bhqd, k_bhkd,
                            preferred_element_type=jnp.float32)
   logits_bhqk = jnp.where(mask_bh1k, logits_bhqk, jnp.finfo(jnp.float32).min)
   probs_bhqk = jax.nn.softmax(logits_bhqk, axis=-1)
   if rate:
-    keep_bhqk = keep_mask(key, probs_bhqk.shape, rate, pairs=pairs)
+    keep_bhqk = keep_mask(key, probs_bhqk.shape, rate, pairs=pairs,
+                          rows=rows, padded=padded)
     probs_bhqk = jnp.where(keep_bhqk, probs_bhqk * (1.0 / (1.0 - rate)), 0.0)
   return jnp.einsum("...qk,...kd->...qd", probs_bhqk.astype(v_bhkd.dtype),
                     v_bhkd)
@@ -68,8 +73,11 @@ def attention(q_bhqd, k_bhkd, v_bhkd, mask_bh1k, rate: float = 0.0,
 
 def blocked_attention(q_bhld, k_bhld, v_bhld, mask_bl, block: int,
                        rate: float = 0.0,
-                       key: jax.Array | None = None) -> jax.Array:
-  """`attention` in a sequential loop over blocks of (sequence, head) pairs.
+                       key: jax.Array | None = None,
+                       rows: jax.Array | None = None,
+                       padded: tuple[int, int] | None = None) -> jax.Array:
+  """`attention` in a sequential loop over blocks of (sequence, head) pairs
+  (`rows`, `padded` as there).
 
   Each block's scores stay in cache. Under differentiation each block is
   recomputed in the backward pass (`jax.checkpoint`), so the loop saves only
@@ -91,7 +99,7 @@ def blocked_attention(q_bhld, k_bhld, v_bhld, mask_bl, block: int,
   def attend(args):
     q_cqd, k_ckd, v_ckd, mask_c1k, index = args
     return attention(q_cqd, k_ckd, v_ckd, mask_c1k, rate, key,
-                     pairs=(index * block, heads))
+                     pairs=(index * block, heads), rows=rows, padded=padded)
 
   context_ncqd = jax.lax.map(
       attend, (to_blocks(q_bhld), to_blocks(k_bhld), to_blocks(v_bhld),

@@ -167,33 +167,39 @@ class SelfAttention(nnx.Module):
     q_bhld = self._heads(self.query, query_bld, config.head_dim ** -0.5)
     k_bhld = self._heads(self.key, x_bld)
     v_bhld = self._heads(self.value, x_bld)
-    context_bhld = self._context(q_bhld, k_bhld, v_bhld, mask_bl, rngs)
+    context_bhld = self._context(q_bhld, k_bhld, v_bhld, mask_bl,
+                                 *self._dropout(rngs))
     kernel_hkd = self.output.kernel.get_value().astype(config.dtype)
     out_bld = jnp.einsum("bhlk,hkd->bld", context_bhld, kernel_hkd,
                          out_sharding=_batch_sharded(x_bld, 2, leading=1))
     return out_bld + self.output.bias.get_value().astype(config.dtype)
 
-  def _context(self, q_bhqk, k_bhlk, v_bhlk, mask_bl, rngs) -> jax.Array:
+  def _dropout(self, rngs) -> tuple[float, jax.Array | None]:
+    """(rate, key) of the attention probabilities' dropout: one key per
+    layer, however many calls of `_context` share it."""
+    rate = self.config.attention_dropout if rngs is not None else 0.0
+    return rate, (rngs.dropout() if rate else None)
+
+  def _context(self, q_bhqk, k_bhlk, v_bhlk, mask_bl, rate, key, *,
+               rows=None, padded=None) -> jax.Array:
     """Softmax attention of queries `[b, h, q, k]` (q = length, or 1: the
     first position) over the keys, blocked or batched per
-    `attention_block`."""
+    `attention_block`; `rows`, `padded` as in `dropout.keep_mask` (a
+    length group of padded rows)."""
     config = self.config
-    rate = config.attention_dropout if rngs is not None else 0.0
-    key = rngs.dropout() if rate else None
     block = (attention_plan(*q_bhqk.shape[:3]) if config.attention_block is None
              else config.attention_block)
     if block and q_bhqk.shape[2] == k_bhlk.shape[2] > 1:
       return blocked_attention(q_bhqk, k_bhlk, v_bhlk, mask_bl, block, rate,
-                               key)
+                               key, rows=rows, padded=padded)
     return attention(q_bhqk, k_bhlk, v_bhlk, mask_bl[:, None, None], rate,
-                     key)
+                     key, rows=rows, padded=padded)
 
-  def unpadded(self, x_utd, unpadding: Unpadding, mask_bl, rngs=None, *,
-               first_un=None) -> jax.Array:
+  def unpadded(self, x_utd, unpadding: Unpadding, rngs=None, *,
+               first: bool = False) -> jax.Array:
     """`__call__` on an unpadded stream `[U, T, d]` (`models.unpadding`):
-    projections on the stream, attention on the padded rows (`mask_bl`
-    `[U·n, L]`). With `first_un` (each row's first token in the stream),
-    only those tokens' outputs `[U, n, d]`."""
+    projections on the stream, attention on each length group of rows.
+    With `first`, only each row's first token's output `[U, n, d]`."""
     dtype = self.config.dtype
 
     def heads(layer, x, scale=1.0):  # [U, t, d] → [U, t, heads, head_dim]
@@ -201,23 +207,28 @@ class SelfAttention(nnx.Module):
       return (jnp.einsum("utd,dhk->uthk", x.astype(dtype), kernel)
               + layer.bias.get_value().astype(dtype) * scale)
 
-    def rows(x_uthk):  # → [U·n, heads, L, head_dim]
-      return jnp.swapaxes(unpadding.pad(x_uthk), 1, 2)
-
     scale = self.config.head_dim ** -0.5
-    k_bhlk = rows(heads(self.key, x_utd))
-    v_bhlk = rows(heads(self.value, x_utd))
-    if first_un is None:
-      q_bhlk = rows(heads(self.query, x_utd, scale))
-      context_bhlk = self._context(q_bhlk, k_bhlk, v_bhlk, mask_bl, rngs)
-      units = x_utd.shape[0]
-      context_uthk = unpadding.unpad(jnp.swapaxes(context_bhlk, 1, 2).reshape(
-          (units, -1) + context_bhlk.shape[1:2] + context_bhlk.shape[3:]))
+    k_uthk, v_uthk = heads(self.key, x_utd), heads(self.value, x_utd)
+    if first:
+      q_unhk = heads(self.query, unpadding.take(x_utd, unpadding.first_un),
+                     scale)
     else:
-      q_unhk = heads(self.query, unpadding.take(x_utd, first_un), scale)
-      q_bh1k = q_unhk.reshape((-1, 1) + q_unhk.shape[2:]).swapaxes(1, 2)
-      context_bh1k = self._context(q_bh1k, k_bhlk, v_bhlk, mask_bl, rngs)
-      context_uthk = context_bh1k.reshape(q_unhk.shape)
+      q_uthk = heads(self.query, x_utd, scale)
+    def rows(group, x_uthk):  # → the group's [U·c, heads, length, head_dim]
+      return jnp.swapaxes(group.pad(x_uthk), 1, 2)
+
+    rate, key = self._dropout(rngs)
+    contexts = []
+    for group in unpadding.groups:
+      q_bhqk = (group.take_rows(q_unhk)[:, :, None] if first
+                else rows(group, q_uthk))
+      context_bhqk = self._context(
+          q_bhqk, rows(group, k_uthk), rows(group, v_uthk), group.mask_bl,
+          rate, key, rows=group.rows_b,
+          padded=(1 if first else unpadding.length, unpadding.length))
+      contexts.append(context_bhqk[:, :, 0] if first
+                      else jnp.swapaxes(context_bhqk, 1, 2))
+    context_uthk = unpadding.from_groups(contexts, first=first)
     kernel_hkd = self.output.kernel.get_value().astype(dtype)
     return (jnp.einsum("uthk,hkd->utd", context_uthk, kernel_hkd)
             + self.output.bias.get_value().astype(dtype))
@@ -255,16 +266,16 @@ class Layer(nnx.Module):
     out_bld = dropout(out_bld, rate, rngs, sites)
     return self.output_norm(x_bld + out_bld)
 
-  def unpadded(self, x_utd, unpadding: Unpadding, mask_bl, rngs=None, *,
-               first_un=None) -> jax.Array:
-    """`__call__` on an unpadded stream `[U, T, d]`; with `first_un`, only
+  def unpadded(self, x_utd, unpadding: Unpadding, rngs=None, *,
+               first: bool = False) -> jax.Array:
+    """`__call__` on an unpadded stream `[U, T, d]`; with `first`, only
     each row's first token `[U, n, d]` (see `SelfAttention.unpadded`)."""
-    sites = unpadding.sites(first=first_un is not None)
-    attended = dropout(self.attention.unpadded(x_utd, unpadding, mask_bl, rngs,
-                                               first_un=first_un),
+    sites = unpadding.sites(first=first)
+    attended = dropout(self.attention.unpadded(x_utd, unpadding, rngs,
+                                               first=first),
                        self.config.hidden_dropout, rngs, sites)
-    if first_un is not None:
-      x_utd = unpadding.take(x_utd, first_un)
+    if first:
+      x_utd = unpadding.take(x_utd, unpadding.first_un)
     return self._feed_forward(self.attention_norm(x_utd + attended), rngs,
                               sites)
 
@@ -305,24 +316,24 @@ class BertEncoder(nnx.Module):
 
   def first_unpadded(self, input_ids: jax.Array, attention_mask: jax.Array,
                      token_type_ids: jax.Array, *, tokens: int,
+                     rows: tuple[int, ...] = (),
                      rngs: nnx.Rngs | None = None) -> jax.Array:
     """`__call__(first_only=True)` of rows `[U, n, L]` (U units, e.g. data
     shards), computed unpadded (`models.unpadding`): every layer's dense
-    parts run on a stream of `tokens` per unit, attention on the rows, with
-    the padded encoder's dropout draws. Returns `[U·n, hidden]`; the rows
-    of a unit whose real tokens do not fit in `tokens` are NaN.
+    parts run on a stream of `tokens` per unit, attention on the length
+    groups of `rows` (() for every row at L), with the padded encoder's
+    dropout draws. Returns `[U·n, hidden]`; the rows of a unit whose real
+    tokens do not fit in `tokens`, or its rows in the groups, are NaN.
     """
-    units, rows, length = input_ids.shape
-    unpadding = Unpadding.of(attention_mask, tokens)
-    flat = lambda x: x.reshape(units, rows * length)  # pylint: disable=unnecessary-lambda-assignment
+    units, num_rows, length = input_ids.shape
+    unpadding = Unpadding.of(attention_mask, tokens, rows)
+    flat = lambda x: x.reshape(units, num_rows * length)  # pylint: disable=unnecessary-lambda-assignment
     x_utd = self.embeddings(unpadding.unpad(flat(input_ids)),
                             unpadding.unpad(flat(token_type_ids)), rngs,
                             sites=unpadding.sites(), length=length)
-    mask_bl = attention_mask.reshape(units * rows, length).astype(bool)
     last = len(self.layers) - 1
     for i, layer in enumerate(self.layers):
-      x_utd = layer.unpadded(x_utd, unpadding, mask_bl, rngs,
-                             first_un=unpadding.first_un if i == last else None)
-    fits_u11 = (jnp.sum(attention_mask.astype(jnp.int32), axis=(1, 2))
-                <= tokens)[:, None, None]
-    return jnp.where(fits_u11, x_utd, jnp.nan).reshape(units * rows, -1)
+      x_utd = layer.unpadded(x_utd, unpadding, rngs, first=i == last)
+    fits_u11 = ((jnp.sum(attention_mask.astype(jnp.int32), axis=(1, 2))
+                 <= tokens) & unpadding.fits_u)[:, None, None]
+    return jnp.where(fits_u11, x_utd, jnp.nan).reshape(units * num_rows, -1)

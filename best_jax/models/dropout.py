@@ -23,7 +23,9 @@ _DROPOUT_BITS = 16
 
 
 def keep_mask(key: jax.Array, shape: tuple[int, ...], rate: float, *,
-              pairs: tuple[jax.Array, int] | None = None) -> jax.Array:
+              pairs: tuple[jax.Array, int] | None = None,
+              rows: jax.Array | None = None,
+              padded: tuple[int, int] | None = None) -> jax.Array:
   """Bernoulli(1 - `rate`) booleans of `shape`, a pure function of `key`.
 
   `jax.random.bernoulli` spends one threefry block (two 32-bit words) per
@@ -35,6 +37,12 @@ def keep_mask(key: jax.Array, shape: tuple[int, ...], rate: float, *,
   head) pairs from pair `first` on, `heads` per sequence: the mask then
   equals the rows of `keep_mask(key, (batch, heads, *shape[1:]), rate)`
   for those pairs, so blocked and batched attention drop the same scores.
+
+  `rows` (the row of each sequence of axis 0, or of each pair's sequence)
+  and `padded` (the last two axes' sizes in those rows, e.g. the attention
+  scores' (queries, keys)) draw the leading part of the padded rows' mask:
+  attention on a length group of rows (`models.unpadding`) drops what it
+  would on the padded rows.
   """
   shape = tuple(shape)
   threshold = round(rate * 2 ** _DROPOUT_BITS)
@@ -42,7 +50,10 @@ def keep_mask(key: jax.Array, shape: tuple[int, ...], rate: float, *,
     return jnp.ones(shape, bool)
   *lead, last = shape
   blocks_shape = (*lead, -(-last // 4))  # One block → two words → 4 draws.
-  per_pair = math.prod(blocks_shape[1:])
+  counters = blocks_shape  # The shape whose element positions count.
+  if padded is not None:
+    counters = (*blocks_shape[:-2], padded[0], -(-padded[1] // 4))
+  per_pair = math.prod(counters[1:])
   heads = 1 if pairs is None else pairs[1]
   if per_pair * heads >= 2 ** 32:
     raise ValueError(f"dropout on {shape} needs more than 2**32 counters "
@@ -52,13 +63,15 @@ def keep_mask(key: jax.Array, shape: tuple[int, ...], rate: float, *,
   stride = 1
   for axis in range(len(blocks_shape) - 1, 0, -1):
     inner += iota(axis) * jnp.uint32(stride)
-    stride *= blocks_shape[axis]
+    stride *= counters[axis]
   if pairs is None:
     outer = iota(0) if len(blocks_shape) > 1 else jnp.zeros_like(inner)
   else:
     pair = iota(0) + jnp.asarray(pairs[0], jnp.uint32)
     outer = pair // jnp.uint32(heads)
     inner += (pair % jnp.uint32(heads)) * jnp.uint32(per_pair)
+  if rows is not None:
+    outer = jnp.asarray(rows, jnp.uint32)[outer]
   return _draws(key, inner, outer, last) >= jnp.uint16(threshold)
 
 

@@ -54,5 +54,5 @@ class CrossEncoderRanker(nnx.Module):
     else:
       cls_nd = self.encoder.first_unpadded(
           *(x.reshape(budget.units, -1, length) for x in rows),
-          tokens=budget.tokens, rngs=rngs)
+          tokens=budget.tokens, rows=budget.rows, rngs=rngs)
     return self.head(cls_nd.astype(jnp.float32))[:, 0].reshape(leading)

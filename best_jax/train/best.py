@@ -12,6 +12,8 @@ step) and early stopping are the experiment's (`experiment.stages`).
 
 from __future__ import annotations
 
+import dataclasses
+
 import functools
 from collections.abc import Callable, Sequence
 
@@ -64,7 +66,8 @@ def _eq3_scores(scores_bgs: jax.Array, mask_bgs: jax.Array, pairing: str,
 
 
 def joint_train_step(states: tuple[TrainState, TrainState],
-                     batch: dict[str, jax.Array], tokens: int | None = None,
+                     batch: dict[str, jax.Array],
+                     budget: TokenBudget | None = None,
                      *, graphdef: nnx.GraphDef,
                      tx: optax.GradientTransformation,
                      schedule: optax.Schedule, loss_fn: losses_lib.LossFn,
@@ -89,9 +92,9 @@ def joint_train_step(states: tuple[TrainState, TrainState],
     pairing: Eq.3's negative segment: `same` index or a `random` valid one.
     select_with_dropout: select with θ⁽⁰⁾'s training forward pass (cheaper)
       instead of a separate dropout-free one (default).
-    tokens: static; θ⁽⁰⁾ encodes the segment rows unpadded, that many
-      tokens per unit, as in `steps.train_step` (θ⁽¹⁾'s selected rows stay
-      padded: which rows they are is known only inside the step).
+    budget: static; θ⁽⁰⁾ encodes the segment rows unpadded in it, as in
+      `steps.train_step` (θ⁽¹⁾'s selected rows stay padded: which rows they
+      are is known only inside the step).
 
   Returns:
     (states, metrics): `loss`, `loss0`, `loss1`, `grad_norm0/1`,
@@ -99,10 +102,9 @@ def joint_train_step(states: tuple[TrainState, TrainState],
     for documents without a segment).
   """
   state0, state1 = states
-  budget = None
-  if tokens is not None:
-    budget = TokenBudget(tokens, 1 if fixed_order else
-                         token_budget.data_shards(batch_sharding))
+  if budget is not None:
+    budget = dataclasses.replace(budget, units=1 if fixed_order else
+                                 token_budget.data_shards(batch_sharding))
 
   def sums_fn(params, micro, key):
     params0, params1 = params
@@ -173,11 +175,11 @@ def build_joint_step(trainer, loss_name: str, pairing: str = "same",
                      out_shardings=(shardings, replicated),
                      donate_argnums=0, static_argnums=2)
 
-  def call(states, batch, tokens=None):
+  def call(states, batch, budget=None):
     with jax.set_mesh(trainer.mesh):
-      return jitted(states, batch, tokens)
-  call.lower = lambda states, batch, tokens=None: jitted.lower(
-      states, batch, tokens)
+      return jitted(states, batch, budget)
+  call.lower = lambda states, batch, budget=None: jitted.lower(
+      states, batch, budget)
   return call
 
 

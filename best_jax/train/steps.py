@@ -23,6 +23,8 @@ one and BeST's joint iteration-1 step (`train.best`).
 
 from __future__ import annotations
 
+import dataclasses
+
 from collections.abc import Callable
 from typing import Any, Mapping
 
@@ -265,7 +267,8 @@ def guarded_update(state: TrainState, loss: jax.Array, grads: Any,
       nonfinite_step=nonfinite_step), grad_norm
 
 
-def train_step(state: TrainState, batch: Batch, tokens: int | None = None,
+def train_step(state: TrainState, batch: Batch,
+               budget: TokenBudget | None = None,
                *, graphdef: nnx.GraphDef,
                tx: optax.GradientTransformation, schedule: optax.Schedule,
                loss_fn: losses_lib.LossFn, accumulation_steps: int = 1,
@@ -277,16 +280,15 @@ def train_step(state: TrainState, batch: Batch, tokens: int | None = None,
   Dropout uses `fold_in(root key, step)` (and the micro-batch index, and
   with `fixed_order` the data shard's). With `in_batch_negatives`
   (bi-encoders), a micro-batch's other segments are negatives of each query
-  too; `fixed_order` as in `loss_and_gradients`. With `tokens` (static),
-  cross-encoder rows are encoded unpadded, that many tokens per unit, a
-  unit being one data shard's rows of one micro-batch; every unit's real
-  tokens must fit (`train.token_budget`).
+  too; `fixed_order` as in `loss_and_gradients`. With a `budget` (static),
+  cross-encoder rows are encoded unpadded, its tokens and attention groups
+  per unit, a unit being one data shard's rows of one micro-batch; every
+  unit must fit (`train.token_budget`).
   """
-  budget = None
-  if tokens is not None:
+  if budget is not None:
     # Under `fixed_order` each shard is mapped apart: one unit per call.
-    budget = TokenBudget(tokens, 1 if fixed_order else
-                         token_budget.data_shards(batch_sharding))
+    budget = dataclasses.replace(budget, units=1 if fixed_order else
+                                 token_budget.data_shards(batch_sharding))
 
   def sums_fn(params, micro_batch, key):
     model = nnx.merge(graphdef, params)

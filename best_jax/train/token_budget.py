@@ -1,20 +1,23 @@
-"""How many tokens a training step encodes unpadded (`models.unpadding`).
+"""How a training step encodes its rows unpadded (`models.unpadding`).
 
 A step's rows are split into units, one per (micro-batch, data shard): the
 rows one device encodes in one pass. `unit_of_examples` names each
-example's unit as `steps.micro_batches` and the batch sharding place it;
-`choose_tokens` picks one or two stream sizes T per unit from the first
-batches of the schedule (those that would have encoded them in the fewest
+example's unit as `steps.micro_batches` and the batch sharding place it.
+`choose_budgets` picks, from the first batches of the schedule, one or two
+stream sizes T per unit (those that would have encoded them in the fewest
 tokens; two only when they take `MIN_SAVING` fewer tokens than the best
 single size, or when no single size saves the 5% unpadding must, since each
-size is one more compiled step), the same on every process because every
-process can build every example. `UnpaddedSteps` checks each batch on the
-host (its largest unit, agreed over the processes through the coordinator,
-never a device collective, so the steps still dispatch ahead) and runs the
-step compiled for `smallest_fit`, or, when no T fits, the padded step: T
-changes only the speed, never the result beyond float rounding. (A branch
-inside one compiled step would keep the residuals of both branches for the
-backward pass, which cost more than unpadding saved.)
+size is one more compiled step) and how many rows attention takes at each
+of `ATTENTION_GROUPS` lengths (the most those batches' units had above each
+length, plus `ROW_SLACK`, in at most `train.attention_groups` non-empty
+groups), the same on every process because every process can build every
+example. `UnpaddedSteps` checks each batch on the host (the
+smallest budget every unit fits, agreed over the processes through the
+coordinator, never a device collective, so the steps still dispatch ahead)
+and runs the step compiled for it, or, when none fits, the padded step:
+the budget changes only the speed, never the result beyond float rounding.
+(A branch inside one compiled step would keep the residuals of both
+branches for the backward pass, which cost more than unpadding saved.)
 
 `train.unpadded` turns it on for the cross-encoder's steps: the
 one-segment regimes' (FirstP, MaxP-all, GoldP, BeST iterations ≥ 2) and
@@ -31,6 +34,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 import jax
 import numpy as np
 
+from best_jax.models.unpadding import TokenBudget, group_lengths
 from best_jax.train import distributed
 
 # T is chosen from this many first batches, in multiples of MULTIPLE; up
@@ -41,6 +45,15 @@ SAMPLE_BATCHES = 16
 MULTIPLE = 64
 MAX_BUDGETS = 2
 MIN_SAVING = 0.03
+# Attention runs on rows grouped by length, at some of ATTENTION_GROUPS
+# lengths (L/8, 2L/8, …, L; `train.attention_groups` of them at most, each
+# one more attention per layer to compile); each group holds the most rows
+# the first batches' units had above the next shorter group's length, plus
+# ROW_SLACK of a unit's rows (at least 2): on squad_longdoc `:cpu` that fit
+# all of the first 100 batches of FirstP and of the joint step with eight
+# groups (1/32 fit 94 and 97 of the joint step's; more only adds padding).
+ATTENTION_GROUPS = 8
+ROW_SLACK = 1 / 16
 
 
 def data_shards(sharding: jax.NamedSharding | None) -> int:
@@ -69,72 +82,143 @@ def largest_unit(mask: np.ndarray, units: np.ndarray) -> int:
   return int(np.bincount(units, counts).max())
 
 
+def rows_above(mask: np.ndarray, units: np.ndarray,
+               groups: int = ATTENTION_GROUPS) -> np.ndarray:
+  """`[groups]`: the most rows any unit has longer than each group's
+  shorter neighbour (0, then `group_lengths` but the last); `mask`, `units`
+  as in `largest_unit`."""
+  mask = np.asarray(mask)
+  length = mask.shape[-1]
+  lengths = mask.reshape(len(mask), -1, length).sum(-1)  # [n, rows]
+  edges = np.asarray((0,) + group_lengths(length, groups)[:-1])
+  above = (lengths[..., None] > edges).sum(1)  # [n, groups]
+  return np.stack([np.bincount(units, above[:, g], minlength=units.max() + 1)
+                   for g in range(groups)], axis=1).max(0)
+
+
+def group_rows(above: np.ndarray, rows: int, most: int) -> tuple[int, ...]:
+  """Rows per attention group for units of `rows` rows with at most
+  `above` rows above each group's shorter neighbour, plus `ROW_SLACK`: of
+  the ways to leave at most `most` groups non-empty (the longest always),
+  the one that attends the fewest (rows · length²)."""
+  slack = max(2, math.ceil(ROW_SLACK * rows))
+  cumulative = np.minimum(np.asarray(above) + slack, rows)
+  count = len(cumulative)
+  best, best_cost = None, math.inf
+  for k in range(most):
+    for shorter in itertools.combinations(range(count - 1), k):
+      sizes, start = [0] * count, 0
+      for g in (*shorter, count - 1):  # Group g takes rows above group start.
+        sizes[g] = int(cumulative[start]) - (
+            int(cumulative[g + 1]) if g + 1 < count else 0)
+        start = g + 1
+      cost = sum(n * (g + 1) ** 2 for g, n in enumerate(sizes))
+      if cost < best_cost:
+        best, best_cost = tuple(sizes), cost
+  return best
+
+
+def fits_rows(above: np.ndarray, rows: Sequence[int]) -> bool:
+  """Whether units with `above` rows above each group's shorter neighbour
+  fit groups of `rows` (rows, longest first, fill the longest group first;
+  no groups: every row at full length)."""
+  if not rows:
+    return True
+  return bool(np.all(np.asarray(above) <= np.cumsum(rows[::-1])[::-1]))
+
+
 def smallest_fit(need: int, budgets: Sequence[int]) -> int | None:
   """The smallest of `budgets` (ascending) that holds `need` tokens, or
-  None: the step a batch whose largest unit needs that many runs."""
+  None."""
   return next((t for t in budgets if need <= t), None)
 
 
-def choose_tokens(batches: Iterable[list[Mapping[str, np.ndarray]]], *,
-                  steps: int, shards: int) -> tuple[int, ...] | None:
-  """The stream sizes T per unit (ascending, at most `MAX_BUDGETS`) that
-  encode `batches` of examples (each a dict with `attention_mask`
-  `[G, ..., L]`) in the fewest tokens, each batch in the smallest T its
-  largest unit fits, one that fits none counted padded; None when that
-  saves under 5% of the padded rows' tokens."""
-  needs, capacity = [], 0
+def choose_budgets(batches: Iterable[list[Mapping[str, np.ndarray]]], *,
+                   steps: int, shards: int,
+                   attention_groups: int = 1) -> tuple[TokenBudget, ...]:
+  """The budgets per unit (ascending stream sizes T, at most `MAX_BUDGETS`,
+  with one set of attention groups, at most `attention_groups` of them
+  non-empty; 1: every row attended at full length) that encode `batches` of
+  examples (each a dict with `attention_mask` `[G, ..., L]`) in the fewest
+  tokens, each batch in the smallest T its largest unit fits, one that
+  fits none or whose rows do not fit the groups counted padded; () when
+  that saves under 5% of the padded rows' tokens."""
+  needs, aboves, capacity, rows = [], [], 0, 0
   for examples in batches:
     mask = np.stack([e["attention_mask"] for e in examples])
-    needs.append(largest_unit(
-        mask, unit_of_examples(len(examples), steps, shards)))
+    units = unit_of_examples(len(examples), steps, shards)
+    needs.append(largest_unit(mask, units))
+    aboves.append(rows_above(mask, units))
     capacity = int(np.size(examples[0]["attention_mask"])) * (
         len(examples) // (steps * shards))
+    rows = capacity // mask.shape[-1]
   if not needs:
-    return None
-  def cost(budgets):
-    return sum(smallest_fit(n, budgets) or capacity for n in needs)
+    return ()
+  groups = (group_rows(np.max(aboves, axis=0), rows, attention_groups)
+            if attention_groups > 1 else ())
+  fit = [n if fits_rows(a, groups) else math.inf
+         for n, a in zip(needs, aboves)]
+  def cost(sizes):
+    return sum(smallest_fit(n, sizes) or capacity for n in fit)
   sizes = sorted({-(-n // MULTIPLE) * MULTIPLE for n in needs})
-  chosen, limit = None, 0.95 * capacity * len(needs)
+  chosen, limit = (), 0.95 * capacity * len(needs)
   for count in range(1, min(MAX_BUDGETS, len(sizes)) + 1):
-    budgets = min(itertools.combinations(sizes, count), key=cost)
-    if cost(budgets) < limit:
-      chosen, limit = budgets, (1 - MIN_SAVING) * cost(budgets)
-  return chosen
+    candidate = min(itertools.combinations(sizes, count), key=cost)
+    if cost(candidate) < limit:
+      chosen, limit = candidate, (1 - MIN_SAVING) * cost(candidate)
+  return tuple(TokenBudget(t, groups) for t in chosen)
 
 
-def batch_need(mask: jax.Array, steps: int, shards: int) -> int:
-  """`largest_unit` of a global batch's `attention_mask`, read from this
-  process's shards (a unit never spans two devices)."""
+def smallest_budget(need: int, above: np.ndarray,
+                    budgets: Sequence[TokenBudget]) -> int:
+  """The index of the first of `budgets` that holds units of at most `need`
+  tokens and `above` rows above each group's shorter neighbour
+  (`rows_above`), `len(budgets)` when none does."""
+  return next((i for i, b in enumerate(budgets)
+               if need <= b.tokens and fits_rows(above, b.rows)),
+              len(budgets))
+
+
+def batch_fit(mask: jax.Array, budgets: Sequence[TokenBudget], steps: int,
+              shards: int) -> int:
+  """`smallest_budget` of the units of a global batch's `attention_mask`
+  that this process holds (a unit never spans two devices)."""
   units = unit_of_examples(mask.shape[0], steps, shards)
-  return max(largest_unit(shard.data, units[shard.index[0]])
-             for shard in mask.addressable_shards)
+  groups = len(budgets[0].rows)
+  need, above = 0, 0
+  for shard in mask.addressable_shards:
+    shard_units, data = units[shard.index[0]], np.asarray(shard.data)
+    need = max(need, largest_unit(data, shard_units))
+    if groups:
+      above = np.maximum(above, rows_above(data, shard_units, groups))
+  return smallest_budget(need, above, budgets)
 
 
 class UnpaddedSteps:
-  """`step_fn(state, batch, tokens)` as `(state, batch)`: unpadded in the
-  smallest of `tokens` (ascending) per unit that the batch fits, padded when
-  it fits none. Counts both and reports `unpadded` (1 or 0) with each step's
-  metrics."""
+  """`step_fn(state, batch, budget)` as `(state, batch)`: unpadded in the
+  smallest of `budgets` (ascending tokens) that the batch fits, padded
+  (budget None) when it fits none. Counts both and reports `unpadded` (1 or
+  0) with each step's metrics."""
 
-  def __init__(self, step_fn: Callable, tokens: Sequence[int], *, steps: int,
-               shards: int):
-    self.step_fn, self.tokens = step_fn, tuple(sorted(tokens))
+  def __init__(self, step_fn: Callable, budgets: Sequence[TokenBudget], *,
+               steps: int, shards: int):
+    self.step_fn = step_fn
+    self.budgets = tuple(sorted(budgets, key=lambda b: b.tokens))
     self.steps, self.shards = steps, shards
-    self.steps_at = dict.fromkeys(self.tokens, 0)  # T -> unpadded steps
+    self.steps_at = dict.fromkeys((b.tokens for b in self.budgets), 0)
     self.padded = 0
-    self.agreed_need = distributed.HostMax()
+    self.agreed_fit = distributed.HostMax()
 
   def __call__(self, state, batch):
-    need = self.agreed_need(batch_need(batch["attention_mask"], self.steps,
-                                       self.shards))
-    tokens = smallest_fit(need, self.tokens)
-    fits = tokens is not None
-    state, metrics = self.step_fn(state, batch, tokens)
-    if fits:
-      self.steps_at[tokens] += 1
+    index = self.agreed_fit(batch_fit(batch["attention_mask"], self.budgets,
+                                      self.steps, self.shards))
+    budget = self.budgets[index] if index < len(self.budgets) else None
+    state, metrics = self.step_fn(state, batch, budget)
+    if budget is not None:
+      self.steps_at[budget.tokens] += 1
     else:
       self.padded += 1
-    return state, dict(metrics, unpadded=np.float32(fits))
+    return state, dict(metrics, unpadded=np.float32(budget is not None))
 
   @property
   def unpadded(self) -> int:

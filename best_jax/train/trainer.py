@@ -7,8 +7,9 @@
   state = trainer.init_from_params(split_params(load_ranker(dir, rngs=…))[1],
                                    config.seed)
   state, metrics = trainer.train_step(state, trainer.put(batch))
-  # rows encoded unpadded, `tokens` per unit (`train.token_budget`):
-  state, metrics = trainer.train_step(state, trainer.put(batch), tokens=1024)
+  # rows encoded unpadded in a budget per unit (`train.token_budget`):
+  state, metrics = trainer.train_step(state, trainer.put(batch),
+                                      budget=TokenBudget(1024))
 
 Scoring with the same model: `best_jax.select.selection.SegmentScorer`.
 
@@ -136,7 +137,7 @@ def build_trainer(model_fn: state_lib.ModelFn,
       fixed_order_reduction=fixed_order_reduction,
       param_shardings=param_shardings,
       init=_under_mesh(mesh, jitted_init),
-      train_step=_under_mesh(mesh, _tokens_positional(jitted_train)),
+      train_step=_under_mesh(mesh, _budget_positional(jitted_train)),
       init_from_params=_place_then(mesh, param_shardings,
                                    jitted_from_params))
 
@@ -152,14 +153,14 @@ def _place_then(mesh: jax.sharding.Mesh, param_shardings: Any,
   return call
 
 
-def _tokens_positional(fn: Callable[..., Any]):
-  """`fn(state, batch, tokens=None)` for a jitted step whose static
-  `tokens` must be passed by position (jit takes no keyword arguments with
+def _budget_positional(fn: Callable[..., Any]):
+  """`fn(state, batch, budget=None)` for a jitted step whose static
+  `budget` must be passed by position (jit takes no keyword arguments with
   `in_shardings`)."""
   @functools.wraps(fn)
-  def call(state, batch, tokens=None):
-    return fn(state, batch, tokens)
-  call.lower = lambda state, batch, tokens=None: fn.lower(state, batch, tokens)
+  def call(state, batch, budget=None):
+    return fn(state, batch, budget)
+  call.lower = lambda state, batch, budget=None: fn.lower(state, batch, budget)
   return call
 
 
