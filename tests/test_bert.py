@@ -10,6 +10,7 @@ import pytest
 from flax import nnx
 
 from best_jax.errors import InputError
+from best_jax.train import token_budget
 from best_jax.models import (BertConfig, BertEncoder, CrossEncoderRanker,
                              load_encoder, load_ranker)
 from reference_bert import (TINY_HF_CONFIG, bert_forward, random_hf_tensors,
@@ -132,6 +133,26 @@ def test_unpadded_encoding_equals_the_padded_one(dropout, rows):
     assert np.isnan(crowded[4:]).all()
     np.testing.assert_allclose(crowded[:4][valid[:4]], want[:4][valid[:4]],
                                atol=2e-5)
+
+
+def test_a_row_with_a_gap_is_attended_up_to_its_last_real_token():
+  """A row's length for the attention groups is its last real position + 1
+  (host and device), so a row with a hole in its mask keeps its last
+  token: the same [CLS] state as padded, with groups just large enough."""
+  encoder = BertEncoder(BertConfig.tiny(), rngs=nnx.Rngs(0))
+  mask = np.zeros((4, 16), bool)
+  mask[0, :4] = mask[0, 12] = True          # 5 tokens, the last at 12
+  mask[1, :6] = mask[2, :16] = mask[3, :2] = True
+  ids = np.random.default_rng(2).integers(1, 128, (4, 16)) * mask
+  ids, mask, types = jnp.asarray(ids), jnp.asarray(mask), jnp.zeros((4, 16),
+                                                                    int)
+  above = token_budget.rows_above(mask[None], np.zeros(1, int))
+  rows = tuple(int(r) for r in np.append(-np.diff(above), above[-1]))
+  assert rows == (1, 0, 1, 0, 0, 0, 1, 1)   # row 0 with row 2 at 14 and 16
+  want = np.asarray(encoder(ids, mask, types, first_only=True))
+  got = np.asarray(encoder.first_unpadded(ids[None], mask[None], types[None],
+                                          tokens=32, rows=rows))
+  np.testing.assert_allclose(got, want, atol=2e-5)
 
 
 def test_train_step_pattern_under_jit():

@@ -301,7 +301,7 @@ def test_gradient_accumulation_equals_one_large_batch():
 @pytest.mark.parametrize("accumulation_steps,dropout",
                          [(1, 0.0), (4, 0.0), (4, 0.1)])
 def test_unpadded_step_equals_the_padded_step(accumulation_steps, dropout):
-  """`tokens` (static) encodes each micro-batch's rows as one stream: the
+  """A budget (static) encodes each micro-batch's rows as one stream: the
   same update as padded rows, dropout included. `UnpaddedSteps` runs it
   when the batch's largest unit fits, the padded step when one token more
   is needed."""
@@ -438,7 +438,7 @@ def test_a_second_budget_only_when_it_saves_enough():
 
 def test_unpadded_steps_run_the_smallest_budget_that_fits():
   """Each batch runs at the smallest size its largest unit fits, or padded
-  (tokens None) when it fits none; the counts say how many ran at each."""
+  (budget None) when it fits none; the counts say how many ran at each."""
   seen = []
 
   def step_fn(state, batch, budget):

@@ -160,7 +160,7 @@ def check_config(config: ml_collections.ConfigDict) -> jax.sharding.Mesh:
     _require(int(t.get(name, 1)) >= 1,
              f"config.train.{name}={t.get(name)!r} must be at least 1")
   groups = t.get("attention_groups", 1)
-  _require(isinstance(groups, int) and
+  _require(isinstance(groups, int) and not isinstance(groups, bool) and
            1 <= groups <= token_budget.ATTENTION_GROUPS,
            f"config.train.attention_groups={groups!r} must be a whole number "
            f"from 1 to {token_budget.ATTENTION_GROUPS}")

@@ -135,12 +135,14 @@ class Stages:
       step_fn = token_budget.UnpaddedSteps(
           step_fn, budgets, steps=t.get("accumulation_steps", 1),
           shards=token_budget.data_shards(plan.batch_sharding))
+      rows = budgets[0].rows
+      groups = (f"attention groups (rows up to 1/{len(rows)}, 2/{len(rows)}, "
+                f"... of the row length) of {'/'.join(map(str, rows))} rows"
+                if rows else "attention on every row at full length")
       self.workdir.log(
           f"{plan.name}: rows encoded unpadded, "
           f"{' or '.join(str(b.tokens) for b in budgets)} tokens per data "
-          "shard and micro-batch; attention groups (rows up to 1/"
-          f"{len(budgets[0].rows)}, 2/{len(budgets[0].rows)}, ... of the "
-          f"row length) of {'/'.join(map(str, budgets[0].rows))} rows")
+          f"shard and micro-batch; {groups}")
     with InputPipeline(plan.examples, plan.features,
                        global_batch_size=t.batch_size,
                        sharding=plan.batch_sharding) as batches, Checkpointer(

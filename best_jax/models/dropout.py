@@ -64,15 +64,25 @@ def keep_mask(key: jax.Array, shape: tuple[int, ...], rate: float, *,
   for axis in range(len(blocks_shape) - 1, 0, -1):
     inner += iota(axis) * jnp.uint32(stride)
     stride *= counters[axis]
-  if pairs is None:
-    outer = iota(0) if len(blocks_shape) > 1 else jnp.zeros_like(inner)
-  else:
-    pair = iota(0) + jnp.asarray(pairs[0], jnp.uint32)
-    outer = pair // jnp.uint32(heads)
-    inner += (pair % jnp.uint32(heads)) * jnp.uint32(per_pair)
+  if len(blocks_shape) == 1:
+    return _draws(key, inner, jnp.zeros_like(inner), last) >= jnp.uint16(
+        threshold)
+  index = jnp.arange(blocks_shape[0], dtype=jnp.uint32)  # Along axis 0.
+  if pairs is not None:
+    pair = index + jnp.asarray(pairs[0], jnp.uint32)
+    index = pair // jnp.uint32(heads)
+    inner += _along_axis_0(pair % jnp.uint32(heads) * jnp.uint32(per_pair),
+                           blocks_shape)
   if rows is not None:
-    outer = jnp.asarray(rows, jnp.uint32)[outer]
+    index = jnp.asarray(rows, jnp.uint32)[index]
+  outer = _along_axis_0(index, blocks_shape)
   return _draws(key, inner, outer, last) >= jnp.uint16(threshold)
+
+
+def _along_axis_0(values: jax.Array, shape: tuple[int, ...]) -> jax.Array:
+  """`values` `[shape[0]]` broadcast to `shape` along its first axis."""
+  return jnp.broadcast_to(values.reshape((-1,) + (1,) * (len(shape) - 1)),
+                          shape)
 
 
 def keep_mask_at(key: jax.Array, rows: jax.Array, positions: jax.Array,

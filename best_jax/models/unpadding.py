@@ -110,7 +110,9 @@ class Unpadding:
     stream_ut = stream_ut.astype(jnp.int32)
     slot_um = jnp.where(mask_um, jnp.cumsum(mask_um, axis=1) - 1,
                         tokens).astype(jnp.int32)
-    lengths_un = jnp.sum(mask_unl.astype(jnp.int32), axis=-1)
+    # A row's length: its last real position + 1 (a gap stays in its row).
+    lengths_un = jnp.max(jnp.where(mask_unl.astype(bool), jnp.arange(
+        1, length + 1, dtype=jnp.int32), 0), axis=-1)
     order_un = jnp.argsort(-lengths_un, axis=1, stable=True).astype(jnp.int32)
     rank_un = jnp.argsort(order_un, axis=1).astype(jnp.int32)
     slot_unl = slot_um.reshape(units, rows, length)

@@ -89,7 +89,9 @@ def rows_above(mask: np.ndarray, units: np.ndarray,
   as in `largest_unit`."""
   mask = np.asarray(mask)
   length = mask.shape[-1]
-  lengths = mask.reshape(len(mask), -1, length).sum(-1)  # [n, rows]
+  # A row's length: its last real position + 1, as `Unpadding.of`.
+  lengths = (mask.reshape(len(mask), -1, length).astype(bool)
+             * np.arange(1, length + 1)).max(-1)  # [n, rows]
   edges = np.asarray((0,) + group_lengths(length, groups)[:-1])
   above = (lengths[..., None] > edges).sum(1)  # [n, groups]
   return np.stack([np.bincount(units, above[:, g], minlength=units.max() + 1)
@@ -202,6 +204,9 @@ class UnpaddedSteps:
 
   def __init__(self, step_fn: Callable, budgets: Sequence[TokenBudget], *,
                steps: int, shards: int):
+    if len({b.rows for b in budgets}) > 1:
+      raise ValueError("the budgets of one step share their attention groups "
+                       "(a larger index must never fit less)")
     self.step_fn = step_fn
     self.budgets = tuple(sorted(budgets, key=lambda b: b.tokens))
     self.steps, self.shards = steps, shards
