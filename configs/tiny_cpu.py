@@ -51,8 +51,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       # Cross-encoder rows as one token stream per device, as
       # configs/squad_longdoc.py (best_jax/train/token_budget.py), but
       # attention on every row at full length: a stage of 20 steps spends
-      # more compiling than length groups would save (two groups made its
-      # train step compile 1.27x as long, three 1.49x; tests/test_bert.py,
+      # more compiling than length groups would save (lowering its
+      # `trainer.train_step` at one budget per group count took 17.9 s with
+      # one group, 22.7 s with two, 26.6 s with three; tests/test_bert.py,
       # test_train_steps.py and test_multidevice.py cover the groups).
       unpadded=True,
       attention_groups=1,

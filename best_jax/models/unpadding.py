@@ -144,6 +144,7 @@ class Unpadding:
     fits_u = jnp.all(lengths_un <= jnp.asarray(rank_length)[rank_un], axis=1)
     return cls(stream_ut, slot_um, rows, length, tuple(groups), rank_un,
                group_index_ut, fits_u)
+
   @property
   def positions_ut(self) -> jax.Array:
     """Each stream token's position in its row (its position embedding)."""

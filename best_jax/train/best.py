@@ -12,8 +12,6 @@ step) and early stopping are the experiment's (`experiment.stages`).
 
 from __future__ import annotations
 
-import dataclasses
-
 import functools
 from collections.abc import Callable, Sequence
 
@@ -102,9 +100,7 @@ def joint_train_step(states: tuple[TrainState, TrainState],
     for documents without a segment).
   """
   state0, state1 = states
-  if budget is not None:
-    budget = dataclasses.replace(budget, units=1 if fixed_order else
-                                 token_budget.data_shards(batch_sharding))
+  budget = token_budget.on_shards(budget, batch_sharding, fixed_order)
 
   def sums_fn(params, micro, key):
     params0, params1 = params

@@ -23,8 +23,6 @@ one and BeST's joint iteration-1 step (`train.best`).
 
 from __future__ import annotations
 
-import dataclasses
-
 from collections.abc import Callable
 from typing import Any, Mapping
 
@@ -285,10 +283,7 @@ def train_step(state: TrainState, batch: Batch,
   per unit, a unit being one data shard's rows of one micro-batch; every
   unit must fit (`train.token_budget`).
   """
-  if budget is not None:
-    # Under `fixed_order` each shard is mapped apart: one unit per call.
-    budget = dataclasses.replace(budget, units=1 if fixed_order else
-                                 token_budget.data_shards(batch_sharding))
+  budget = token_budget.on_shards(budget, batch_sharding, fixed_order)
 
   def sums_fn(params, micro_batch, key):
     model = nnx.merge(graphdef, params)

@@ -27,6 +27,7 @@ padded). QDS and the bi-encoder encode padded rows.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -129,12 +130,6 @@ def fits_rows(above: np.ndarray, rows: Sequence[int]) -> bool:
   return bool(np.all(np.asarray(above) <= np.cumsum(rows[::-1])[::-1]))
 
 
-def smallest_fit(need: int, budgets: Sequence[int]) -> int | None:
-  """The smallest of `budgets` (ascending) that holds `need` tokens, or
-  None."""
-  return next((t for t in budgets if need <= t), None)
-
-
 def choose_budgets(batches: Iterable[list[Mapping[str, np.ndarray]]], *,
                    steps: int, shards: int,
                    attention_groups: int = 1) -> tuple[TokenBudget, ...]:
@@ -160,8 +155,8 @@ def choose_budgets(batches: Iterable[list[Mapping[str, np.ndarray]]], *,
             if attention_groups > 1 else ())
   fit = [n if fits_rows(a, groups) else math.inf
          for n, a in zip(needs, aboves)]
-  def cost(sizes):
-    return sum(smallest_fit(n, sizes) or capacity for n in fit)
+  def cost(sizes):  # A batch at the smallest size it fits, else padded.
+    return sum(next((t for t in sizes if n <= t), capacity) for n in fit)
   sizes = sorted({-(-n // MULTIPLE) * MULTIPLE for n in needs})
   chosen, limit = (), 0.95 * capacity * len(needs)
   for count in range(1, min(MAX_BUDGETS, len(sizes)) + 1):
@@ -169,6 +164,18 @@ def choose_budgets(batches: Iterable[list[Mapping[str, np.ndarray]]], *,
     if cost(candidate) < limit:
       chosen, limit = candidate, (1 - MIN_SAVING) * cost(candidate)
   return tuple(TokenBudget(t, groups) for t in chosen)
+
+
+def on_shards(budget: TokenBudget | None,
+              batch_sharding: jax.NamedSharding | None,
+              fixed_order: bool) -> TokenBudget | None:
+  """`budget` with its units: the data shards of `batch_sharding`, or one
+  under `fixed_order`, where each shard is mapped apart (one unit per
+  call)."""
+  if budget is None:
+    return None
+  return dataclasses.replace(
+      budget, units=1 if fixed_order else data_shards(batch_sharding))
 
 
 def smallest_budget(need: int, above: np.ndarray,
