@@ -1,5 +1,6 @@
 """Fakes for tests (T5X's test_utils style): the tiny config, generated
-batches with a learnable signal, and a direct (unchunked) scoring call."""
+batches with a learnable signal, a direct (unchunked) scoring call, and the
+environment of a `best_jax` subprocess on fake CPU devices."""
 
 import os
 
@@ -13,6 +14,18 @@ from best_jax.train.steps import MODEL_INPUTS
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = os.path.join(ROOT, "configs", "tiny_cpu.py")
 MARKER_TOKEN = 7
+
+
+def cpu_subprocess_env(devices: int) -> dict[str, str]:
+  """This process's environment for a child on `devices` fake CPU devices,
+  keeping the XLA flags conftest set (the compile cache key includes them)."""
+  env = dict(os.environ)
+  env.pop("JAX_NUM_CPU_DEVICES", None)
+  env["JAX_PLATFORMS"] = "cpu"
+  env["XLA_FLAGS"] = " ".join(filter(None, [
+      env.get("XLA_FLAGS"),
+      f"--xla_force_host_platform_device_count={devices}"]))
+  return env
 
 
 def tiny_config():

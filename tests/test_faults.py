@@ -10,6 +10,8 @@ import sys
 
 import pytest
 
+from fakes import cpu_subprocess_env
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 INJECTOR = os.path.join(ROOT, "tests", "fault_injector.py")
 TRAIN = ["train", "--config", "configs/tiny_cpu.py",
@@ -22,12 +24,9 @@ TIMEOUT_S = 600
 
 
 def _env() -> dict:
-  env = dict(os.environ)
-  env.pop("JAX_NUM_CPU_DEVICES", None)
-  env.update({"JAX_PLATFORMS": "cpu",
-              "XLA_FLAGS": "--xla_force_host_platform_device_count=8",
-              "PYTHONPATH": os.pathsep.join(
-                  [ROOT] + [p for p in [env.get("PYTHONPATH")] if p])})
+  env = cpu_subprocess_env(8)
+  env["PYTHONPATH"] = os.pathsep.join(
+      [ROOT] + [p for p in [env.get("PYTHONPATH")] if p])
   return env
 
 

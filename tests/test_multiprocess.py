@@ -20,6 +20,7 @@ import pytest
 
 from best_jax.data import trec
 from best_jax.train import distributed
+from fakes import cpu_subprocess_env
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TIMEOUT_S = 900
@@ -38,10 +39,7 @@ def free_port() -> int:
 
 def _env(devices: int, process: int | None = None,
          port: int | None = None) -> dict:
-  env = dict(os.environ)
-  env.pop("JAX_NUM_CPU_DEVICES", None)
-  env.update({"JAX_PLATFORMS": "cpu",
-              "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}"})
+  env = cpu_subprocess_env(devices)
   if process is not None:
     env.update({"BEST_JAX_DISTRIBUTED": "1",
                 "JAX_COORDINATOR_ADDRESS": f"127.0.0.1:{port}",
