@@ -35,6 +35,15 @@ os.environ["XLA_FLAGS"] = " ".join(
 import pytest  # noqa: E402
 
 
+def pytest_collection_modifyitems(items):
+  """Files with slow tests first (stable otherwise): `make test` hands whole
+  files to its two workers in collection order (`--dist loadfile
+  --no-loadscope-reorder`), so the longest ones start early and the workers
+  finish together."""
+  slow_files = {item.path for item in items if item.get_closest_marker("slow")}
+  items.sort(key=lambda item: item.path not in slow_files)
+
+
 def pytest_sessionfinish(session):  # pylint: disable=unused-argument
   if _OWNS_JIT_CACHE:  # the controller (or the only process without xdist)
     shutil.rmtree(JIT_CACHE, ignore_errors=True)

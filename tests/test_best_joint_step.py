@@ -113,6 +113,7 @@ def test_should_continue():
   assert not best_lib.should_continue([0.3, 0.3])
 
 
+@pytest.mark.slow
 def test_joint_step_accumulates_micro_batches_like_one_batch(monkeypatch):
   """`train.accumulation_steps` splits the joint step's batch into
   micro-batches whose sums equal one pass (dropout off: same numbers)."""
@@ -170,6 +171,7 @@ def test_the_joint_plan_passes_the_configured_accumulation(monkeypatch):
   assert built.value.args == (4,)
 
 
+@pytest.mark.slow
 def test_unpadded_joint_step_equals_the_padded_one():
   """θ⁽⁰⁾'s segment rows as one stream (`tokens` = the batch's real
   tokens), a missing segment's row holding none, attention on every row or

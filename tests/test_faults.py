@@ -21,6 +21,7 @@ TRAIN = ["train", "--config", "configs/tiny_cpu.py",
          "--config.train.patience=0", "--config.data.num_queries=32",
          "--config.data.num_docs=24"]
 TIMEOUT_S = 600
+pytestmark = pytest.mark.slow  # Tiny experiments in subprocesses.
 
 
 def _env() -> dict:

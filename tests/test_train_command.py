@@ -123,6 +123,7 @@ def _runs(workdir):
           for name in sorted(os.listdir(directory))}
 
 
+@pytest.mark.slow
 def test_train_end_to_end_resume_and_pretrained_restarts(tmp_path,
                                                          monkeypatch):
   starts, pretrained = {}, {}
@@ -269,6 +270,7 @@ def test_non_finite_loss_stops_with_one_line(tmp_path, capsys):
   assert not os.path.exists(os.path.join(workdir, "stages", "firstp.json"))
 
 
+@pytest.mark.slow
 def test_qds_regime_joins_the_experiment(tmp_path, monkeypatch):
   """`qds` trains through the same entry point on the shared schedule, gets
   a test run, a Table 1 row tested against the BeST iteration chosen on dev,
@@ -373,6 +375,7 @@ def test_goldp_trains_on_the_gold_segment_of_the_training_segmentation(
             == p_at_1["First segment"][criterion] < 1)
 
 
+@pytest.mark.slow
 def test_bi_encoder_family_trains_through_the_same_regimes(tmp_path):
   """`ranker.kind=bi`: FirstP/MaxP and BeST (joint step, then a frozen
   selection and a fresh iteration) train a bi-encoder with in-batch
