@@ -1,7 +1,8 @@
 """The tiny test configuration: a random 2-layer ranker on generated data.
 
 End to end (FirstP, MaxP, MaxP-all, GoldP, BeST iterations, Birch) in about
-three minutes on a 2-core CPU, most of it compiling (2 min 56 s at d9d9a4a):
+three minutes on a 2-core CPU, most of it compiling (the whole run took
+2 min 56 s at d9d9a4a, no compilation cache, load average 1.5):
 
   python -m best_jax train --config configs/tiny_cpu.py --workdir /tmp/tiny
 

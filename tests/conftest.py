@@ -28,9 +28,10 @@ jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
 # `train_step`: 17 s at the default level, 7 s at level 0) and buys nothing at
 # these sizes, so tests and the subprocesses they start build at level 0.
 # Set before any backend starts; equality tests compare runs built alike.
-os.environ["XLA_FLAGS"] = " ".join(
-    filter(None, [os.environ.get("XLA_FLAGS"),
-                  "--xla_backend_optimization_level=0"]))
+_LEVEL_0 = "--xla_backend_optimization_level=0"
+if _LEVEL_0 not in os.environ.get("XLA_FLAGS", ""):  # xdist workers inherit it
+  os.environ["XLA_FLAGS"] = " ".join(
+      filter(None, [os.environ.get("XLA_FLAGS"), _LEVEL_0]))
 
 import pytest  # noqa: E402
 

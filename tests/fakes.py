@@ -18,7 +18,7 @@ MARKER_TOKEN = 7
 
 def cpu_subprocess_env(devices: int) -> dict[str, str]:
   """This process's environment for a child on `devices` fake CPU devices,
-  keeping the XLA flags conftest set (the compile cache key includes them)."""
+  keeping the XLA flags conftest set (the optimisation level)."""
   env = dict(os.environ)
   env.pop("JAX_NUM_CPU_DEVICES", None)
   env["JAX_PLATFORMS"] = "cpu"

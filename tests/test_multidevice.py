@@ -56,6 +56,7 @@ def _max_difference(a_leaves, b_leaves):
   return max(float(np.max(np.abs(a - b))) for a, b in zip(a_leaves, b_leaves))
 
 
+@pytest.mark.slow  # Its module fixture trains on three meshes.
 @pytest.mark.parametrize("name", ["8x1", "4x2"])
 def test_sharded_training_equals_one_device(results, name):
   single, sharded = results["1x1"], results[name]
@@ -94,6 +95,7 @@ def test_init_from_given_params_places_them_sharded(results):
     np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shape", [(8, 1), (4, 2)])
 def test_unpadded_training_on_shards_equals_padded_on_one_device(shape):
   """Each data shard's micro-batch is one unpadded stream (units = data
