@@ -18,9 +18,9 @@ $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 
 install: $(STAMP)
 
-# Two workers, whole files each, slow files first (tests/conftest.py).
+# Two workers, whole files each.
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile
 
 # Without the tests marked slow (more than ~30 s each on a 2-core CPU).
 test-fast: $(STAMP)

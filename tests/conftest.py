@@ -36,15 +36,6 @@ if _LEVEL_0 not in os.environ.get("XLA_FLAGS", ""):  # xdist workers inherit it
 import pytest  # noqa: E402
 
 
-def pytest_collection_modifyitems(items):
-  """Files with slow tests first (stable otherwise): `make test` hands whole
-  files to its two workers in collection order (`--dist loadfile
-  --no-loadscope-reorder`), so the longest ones start early and the workers
-  finish together."""
-  slow_files = {item.path for item in items if item.get_closest_marker("slow")}
-  items.sort(key=lambda item: item.path not in slow_files)
-
-
 def pytest_sessionfinish(session):  # pylint: disable=unused-argument
   if _OWNS_JIT_CACHE:  # the controller (or the only process without xdist)
     shutil.rmtree(JIT_CACHE, ignore_errors=True)

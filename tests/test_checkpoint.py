@@ -4,6 +4,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from best_jax.train import checkpoint as checkpoint_lib
 from best_jax.train.checkpoint import Checkpointer
 
 
@@ -22,6 +23,31 @@ def test_a_save_before_the_first_evaluation_restores(tmp_path):
   np.testing.assert_array_equal(restored["w"], state["w"])
   assert (best, got, position) == ({}, record, [3])
 
+
+def test_only_large_replicated_arrays_are_saved_replica_parallel(
+    tmp_path, monkeypatch):
+  """Orbax would slice every replicated array once per replica (one eager
+  device op each); below `MIN_REPLICA_SLICE_BYTES` a slice one replica
+  writes the whole array, above it the replicas share it. Both restore."""
+  slices = []
+  slice_in_dim = jax.lax.slice_in_dim
+  monkeypatch.setattr(jax.lax, "slice_in_dim",
+                      lambda *a, **k: slices.append(1) or slice_in_dim(*a,
+                                                                       **k))
+  mesh = jax.make_mesh((8,), ("data",))
+  replicated = jax.NamedSharding(mesh, jax.P())
+  per_slice = checkpoint_lib.MIN_REPLICA_SLICE_BYTES // 4  # float32 values
+  small = {"w": jax.device_put(jnp.ones((8, per_slice // 8)), replicated)}
+  large = {"w": jax.device_put(jnp.ones((8, per_slice)), replicated)}
+  for step, state in ((1, small), (2, large)):
+    slices.clear()
+    with Checkpointer(str(tmp_path / f"c{step}")) as checkpointer:
+      checkpointer.save(step, state=state, best={}, record={}, data=[])
+      checkpointer.wait_until_finished()
+      restored, _, _, _ = checkpointer.restore(
+          checkpoint_lib.abstract(state), {})
+    np.testing.assert_array_equal(restored["w"], state["w"])
+    assert len(slices) == (0 if state is small else 8), step
 
 
 def test_the_record_is_the_one_at_the_save_call(tmp_path):

@@ -24,9 +24,32 @@ from typing import Any
 
 import jax
 import orbax.checkpoint as ocp
+from absl import logging as absl_logging
 from etils import epath
 
 STATE, BEST, RECORD, DATA = "state", "best", "record", "data"
+
+# Orbax splits each replicated array among its replicas, each writing a slice
+# ("replica-parallel"); every slice is one eager device op (~0.6 ms on CPU).
+# Below about a MiB per slice that costs more than it spreads: a tiny model's
+# state on 8 devices took 1.5 s a save, mostly slicing, and 0.55 s without.
+# Larger arrays (a BERT-base embedding table: 11.7 MB per slice of 8) are
+# still split.
+MIN_REPLICA_SLICE_BYTES = 1 << 20
+
+
+def _register_array_handler() -> None:
+  handler = ocp.type_handlers.ArrayHandler(
+      min_slice_bytes_for_replica_parallel=MIN_REPLICA_SLICE_BYTES)
+  verbosity = absl_logging.get_verbosity()
+  absl_logging.set_verbosity(absl_logging.ERROR)  # "overriding": we mean it.
+  try:
+    ocp.type_handlers.register_type_handler(jax.Array, handler, override=True)
+  finally:
+    absl_logging.set_verbosity(verbosity)
+
+
+_register_array_handler()
 
 
 def _path(directory: str | os.PathLike) -> epath.Path:
