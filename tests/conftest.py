@@ -4,6 +4,7 @@ import os
 import shutil
 import tempfile
 
+import filelock
 import jax
 
 # Must run before any JAX operation: every test sees 8 CPU devices.
@@ -39,6 +40,24 @@ import pytest  # noqa: E402
 def pytest_sessionfinish(session):  # pylint: disable=unused-argument
   if _OWNS_JIT_CACHE:  # the controller (or the only process without xdist)
     shutil.rmtree(JIT_CACHE, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def tiny_experiment(tmp_path_factory) -> str:
+  """The workdir of one finished single-process `fakes.TINY_EXPERIMENT`,
+  run once per pytest run: xdist workers share it through a file lock."""
+  from fakes import run_tiny_experiment  # pylint: disable=g-import-not-at-top
+  root = tmp_path_factory.getbasetemp()
+  if "PYTEST_XDIST_WORKER" in os.environ:
+    root = root.parent  # The workers' base directories share this parent.
+  workdir = root / "tiny_experiment"
+  with filelock.FileLock(str(root / "tiny_experiment.lock")):
+    if not (workdir / "finished").exists():
+      shutil.rmtree(workdir, ignore_errors=True)  # a failed earlier attempt
+      done = run_tiny_experiment(str(workdir))
+      assert done.returncode == 0, done.stderr[-3000:]
+      (workdir / "finished").touch()
+  return str(workdir)
 
 
 SHARED_DATA = os.environ.get(

@@ -1,8 +1,11 @@
 """Fakes for tests (T5X's test_utils style): the tiny config, generated
-batches with a learnable signal, a direct (unchunked) scoring call, and the
-environment of a `best_jax` subprocess on fake CPU devices."""
+batches with a learnable signal, a direct (unchunked) scoring call, the
+environment of a `best_jax` subprocess on fake CPU devices, and the tiny
+experiment that the fault and multi-process tests run on the real command."""
 
 import os
+import subprocess
+import sys
 
 import jax
 import numpy as np
@@ -55,6 +58,29 @@ def synthetic_batch(index: int, *, batch_size: int, group_size: int,
       token_type_ids=np.broadcast_to(token_type_ids, shape).copy(),
       labels=labels, mask=np.ones((batch_size, group_size), bool),
       example_mask=np.ones(batch_size, bool))
+
+
+# A tiny FirstP + MaxP + BeST (iterations 1-2) experiment: `best_jax train`
+# arguments without the workdir. test_faults interrupts it and
+# test_multiprocess splits it over two processes; both compare their run
+# files with one uninterrupted single-process run (`tiny_experiment` in
+# conftest).
+TINY_EXPERIMENT = ["train", "--config", "configs/tiny_cpu.py",
+                   "--config.regimes=['firstp','maxp','best']",
+                   "--config.best.max_iterations=2",
+                   "--config.birch.enabled=False",
+                   "--config.train.num_steps=4", "--config.train.eval_every=2",
+                   "--config.train.patience=0", "--config.data.num_queries=32",
+                   "--config.data.num_docs=24"]
+
+
+def run_tiny_experiment(workdir: str, timeout_s: int = 600
+                        ) -> subprocess.CompletedProcess:
+  """`python -m best_jax TINY_EXPERIMENT --workdir workdir` on 8 devices."""
+  return subprocess.run(
+      [sys.executable, "-m", "best_jax"] + TINY_EXPERIMENT
+      + ["--workdir", workdir], env=cpu_subprocess_env(8), cwd=ROOT,
+      capture_output=True, text=True, timeout=timeout_s, check=False)
 
 
 def direct_scores(graphdef: nnx.GraphDef, params, batch) -> np.ndarray:

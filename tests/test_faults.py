@@ -10,34 +10,22 @@ import sys
 
 import pytest
 
-from fakes import cpu_subprocess_env
+from fakes import TINY_EXPERIMENT, cpu_subprocess_env, run_tiny_experiment
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 INJECTOR = os.path.join(ROOT, "tests", "fault_injector.py")
-TRAIN = ["train", "--config", "configs/tiny_cpu.py",
-         "--config.regimes=['firstp','maxp','best']",
-         "--config.best.max_iterations=2", "--config.birch.enabled=False",
-         "--config.train.num_steps=4", "--config.train.eval_every=2",
-         "--config.train.patience=0", "--config.data.num_queries=32",
-         "--config.data.num_docs=24"]
 TIMEOUT_S = 600
 pytestmark = pytest.mark.slow  # Tiny experiments in subprocesses.
 
 
-def _env() -> dict:
-  env = cpu_subprocess_env(8)
-  env["PYTHONPATH"] = os.pathsep.join(
-      [ROOT] + [p for p in [env.get("PYTHONPATH")] if p])
-  return env
-
-
 def _train(workdir: str, fault: str | None = None
            ) -> subprocess.CompletedProcess:
-  command = ([sys.executable, "-m", "best_jax"] if fault is None else
-             [sys.executable, INJECTOR, fault, "--"])
-  return subprocess.run(command + TRAIN + ["--workdir", workdir],
-                        env=_env(), cwd=ROOT, capture_output=True,
-                        text=True, timeout=TIMEOUT_S, check=False)
+  if fault is None:
+    return run_tiny_experiment(workdir, TIMEOUT_S)
+  return subprocess.run(
+      [sys.executable, INJECTOR, fault, "--"] + TINY_EXPERIMENT
+      + ["--workdir", workdir], env=cpu_subprocess_env(8), cwd=ROOT,
+      capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
 
 
 def _runs(workdir: str) -> dict[str, bytes]:
@@ -47,11 +35,8 @@ def _runs(workdir: str) -> dict[str, bytes]:
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory):
-  workdir = str(tmp_path_factory.mktemp("reference"))
-  done = _train(workdir)
-  assert done.returncode == 0, done.stderr[-3000:]
-  return _runs(workdir)
+def reference(tiny_experiment):
+  return _runs(tiny_experiment)
 
 
 def test_sigkill_at_every_point_then_rerun_writes_identical_runs(tmp_path,

@@ -20,15 +20,10 @@ import pytest
 
 from best_jax.data import trec
 from best_jax.train import distributed
-from fakes import cpu_subprocess_env
+from fakes import TINY_EXPERIMENT, cpu_subprocess_env
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TIMEOUT_S = 900
-TRAIN = ["-m", "best_jax", "train", "--config", "configs/tiny_cpu.py",
-         "--config.regimes=['firstp','maxp','best']",
-         "--config.best.max_iterations=2", "--config.birch.enabled=False",
-         "--config.train.num_steps=4", "--config.train.eval_every=2",
-         "--config.data.num_queries=32", "--config.data.num_docs=24"]
 
 
 def free_port() -> int:
@@ -48,7 +43,8 @@ def _env(devices: int, process: int | None = None,
 
 
 def _start(workdir: str, env: dict) -> subprocess.Popen:
-  return subprocess.Popen([sys.executable] + TRAIN + ["--workdir", workdir],
+  return subprocess.Popen([sys.executable, "-m", "best_jax"]
+                          + TINY_EXPERIMENT + ["--workdir", workdir],
                           env=env, cwd=ROOT, stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True)
 
@@ -70,10 +66,9 @@ def _wait(children) -> list[tuple[str, str]]:
   return outputs
 
 
-@pytest.mark.slow  # Three tiny experiments in subprocesses.
-def test_two_processes_write_the_runs_of_one(tmp_path):
-  single = str(tmp_path / "single")
-  [_] = _wait([_start(single, _env(8))])
+@pytest.mark.slow  # Tiny experiments in subprocesses.
+def test_two_processes_write_the_runs_of_one(tmp_path, tiny_experiment):
+  single = tiny_experiment  # 1 process x 8 devices
   shared = str(tmp_path / "shared")  # one work directory for both processes
   port = free_port()
   outputs = _wait([_start(shared, _env(4, p, port)) for p in (0, 1)])
