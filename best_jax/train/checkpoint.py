@@ -39,8 +39,13 @@ MIN_REPLICA_SLICE_BYTES = 1 << 20
 
 
 def _register_array_handler() -> None:
+  """Orbax's default jax.Array handler, plus the minimum slice size."""
+  default = ocp.type_handlers.get_type_handler(jax.Array)
   handler = ocp.type_handlers.ArrayHandler(
-      min_slice_bytes_for_replica_parallel=MIN_REPLICA_SLICE_BYTES)
+      min_slice_bytes_for_replica_parallel=MIN_REPLICA_SLICE_BYTES,
+      # Per-process array metadata, checked when a save is finalised (no
+      # public constructor for it in orbax 0.12).
+      array_metadata_store=default._array_metadata_store)  # pylint: disable=protected-access
   verbosity = absl_logging.get_verbosity()
   absl_logging.set_verbosity(absl_logging.ERROR)  # "overriding": we mean it.
   try:
