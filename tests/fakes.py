@@ -74,11 +74,13 @@ TINY_EXPERIMENT = ["train", "--config", "configs/tiny_cpu.py",
                    "--config.data.num_docs=24"]
 
 
-def run_tiny_experiment(workdir: str, timeout_s: int = 600
+def run_tiny_experiment(workdir: str, timeout_s: int = 600,
+                        launcher: tuple[str, ...] = ("-m", "best_jax")
                         ) -> subprocess.CompletedProcess:
-  """`python -m best_jax TINY_EXPERIMENT --workdir workdir` on 8 devices."""
+  """`python LAUNCHER TINY_EXPERIMENT --workdir workdir` on 8 devices (the
+  launcher: `-m best_jax`, or a script that runs it, e.g. with a fault)."""
   return subprocess.run(
-      [sys.executable, "-m", "best_jax"] + TINY_EXPERIMENT
+      [sys.executable, *launcher] + TINY_EXPERIMENT
       + ["--workdir", workdir], env=cpu_subprocess_env(8), cwd=ROOT,
       capture_output=True, text=True, timeout=timeout_s, check=False)
 

@@ -6,11 +6,10 @@ writes byte-identical run files to an uninterrupted run."""
 import os
 import re
 import subprocess
-import sys
 
 import pytest
 
-from fakes import TINY_EXPERIMENT, cpu_subprocess_env, run_tiny_experiment
+from fakes import run_tiny_experiment
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 INJECTOR = os.path.join(ROOT, "tests", "fault_injector.py")
@@ -22,10 +21,7 @@ def _train(workdir: str, fault: str | None = None
            ) -> subprocess.CompletedProcess:
   if fault is None:
     return run_tiny_experiment(workdir, TIMEOUT_S)
-  return subprocess.run(
-      [sys.executable, INJECTOR, fault, "--"] + TINY_EXPERIMENT
-      + ["--workdir", workdir], env=cpu_subprocess_env(8), cwd=ROOT,
-      capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
+  return run_tiny_experiment(workdir, TIMEOUT_S, (INJECTOR, fault, "--"))
 
 
 def _runs(workdir: str) -> dict[str, bytes]:

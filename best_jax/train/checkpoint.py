@@ -19,12 +19,12 @@ finished parameters of a stage. Paths may be local or `gs://` URIs.
 from __future__ import annotations
 
 import json
+import logging
 import os
 from typing import Any
 
 import jax
 import orbax.checkpoint as ocp
-from absl import logging as absl_logging
 from etils import epath
 
 STATE, BEST, RECORD, DATA = "state", "best", "record", "data"
@@ -32,9 +32,9 @@ STATE, BEST, RECORD, DATA = "state", "best", "record", "data"
 # Orbax splits each replicated array among its replicas, each writing a slice
 # ("replica-parallel"); every slice is one eager device op (~0.6 ms on CPU).
 # Below about a MiB per slice that costs more than it spreads: a tiny model's
-# state on 8 devices took 1.5 s a save, mostly slicing, and 0.55 s without.
-# Larger arrays (a BERT-base embedding table: 11.7 MB per slice of 8) are
-# still split.
+# state on 8 devices took 1.4-1.7 s a save, mostly slicing, 0.54-0.75 s
+# without. Larger arrays (a BERT-base embedding table: 11.7 MB per slice of
+# 8) are still split.
 MIN_REPLICA_SLICE_BYTES = 1 << 20
 
 
@@ -46,12 +46,13 @@ def _register_array_handler() -> None:
       # Per-process array metadata, checked when a save is finalised (no
       # public constructor for it in orbax 0.12).
       array_metadata_store=default._array_metadata_store)  # pylint: disable=protected-access
-  verbosity = absl_logging.get_verbosity()
-  absl_logging.set_verbosity(absl_logging.ERROR)  # "overriding": we mean it.
+  absl = logging.getLogger("absl")  # orbax warns "overriding": we mean it.
+  level = absl.level
+  absl.setLevel(logging.ERROR)
   try:
     ocp.type_handlers.register_type_handler(jax.Array, handler, override=True)
   finally:
-    absl_logging.set_verbosity(verbosity)
+    absl.setLevel(level)
 
 
 _register_array_handler()
