@@ -64,7 +64,9 @@ def synthetic_batch(index: int, *, batch_size: int, group_size: int,
 # arguments without the workdir. test_faults interrupts it and
 # test_multiprocess splits it over two processes; both compare their run
 # files with one uninterrupted single-process run (`tiny_experiment` in
-# conftest).
+# conftest) on TINY_DEVICES devices: 4, not the 8 of in-process tests, since
+# each device costs compile and run time in every one of these subprocesses
+# (a warm run: 30 s on 4 devices, 41 s on 8).
 TINY_EXPERIMENT = ["train", "--config", "configs/tiny_cpu.py",
                    "--config.regimes=['firstp','maxp','best']",
                    "--config.best.max_iterations=2",
@@ -72,17 +74,19 @@ TINY_EXPERIMENT = ["train", "--config", "configs/tiny_cpu.py",
                    "--config.train.num_steps=4", "--config.train.eval_every=2",
                    "--config.train.patience=0", "--config.data.num_queries=32",
                    "--config.data.num_docs=24"]
+TINY_DEVICES = 4
 
 
 def run_tiny_experiment(workdir: str, timeout_s: int = 600,
                         launcher: tuple[str, ...] = ("-m", "best_jax")
                         ) -> subprocess.CompletedProcess:
-  """`python LAUNCHER TINY_EXPERIMENT --workdir workdir` on 8 devices (the
+  """`python LAUNCHER TINY_EXPERIMENT --workdir workdir` on TINY_DEVICES (the
   launcher: `-m best_jax`, or a script that runs it, e.g. with a fault)."""
   return subprocess.run(
       [sys.executable, *launcher] + TINY_EXPERIMENT
-      + ["--workdir", workdir], env=cpu_subprocess_env(8), cwd=ROOT,
-      capture_output=True, text=True, timeout=timeout_s, check=False)
+      + ["--workdir", workdir], env=cpu_subprocess_env(TINY_DEVICES),
+      cwd=ROOT, capture_output=True, text=True, timeout=timeout_s,
+      check=False)
 
 
 def direct_scores(graphdef: nnx.GraphDef, params, batch) -> np.ndarray:

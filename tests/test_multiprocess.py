@@ -1,7 +1,7 @@
-"""2 processes × 4 CPU devices run the real `best_jax train` like 1 process
-× 8 devices: the same run files (same order, model scores within 1e-4
-relative, fused scores within 1e-5 absolute of their [0, 1]), each process
-building only its rows.
+"""2 processes × 2 CPU devices run the real `best_jax train` like 1 process
+× 4 devices (`fakes.TINY_DEVICES`): the same run files (same order, model
+scores within 1e-4 relative, fused scores within 1e-5 absolute of their
+[0, 1]), each process building only its rows.
 
 The processes are subprocesses with their own environment (this pytest
 process already has 8 devices from conftest): `jax.distributed` on localhost
@@ -20,7 +20,7 @@ import pytest
 
 from best_jax.data import trec
 from best_jax.train import distributed
-from fakes import TINY_EXPERIMENT, cpu_subprocess_env
+from fakes import TINY_DEVICES, TINY_EXPERIMENT, cpu_subprocess_env
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TIMEOUT_S = 900
@@ -68,10 +68,11 @@ def _wait(children) -> list[tuple[str, str]]:
 
 @pytest.mark.slow  # Tiny experiments in subprocesses.
 def test_two_processes_write_the_runs_of_one(tmp_path, tiny_experiment):
-  single = tiny_experiment  # 1 process x 8 devices
+  single = tiny_experiment  # 1 process x TINY_DEVICES devices
   shared = str(tmp_path / "shared")  # one work directory for both processes
   port = free_port()
-  outputs = _wait([_start(shared, _env(4, p, port)) for p in (0, 1)])
+  outputs = _wait([_start(shared, _env(TINY_DEVICES // 2, p, port))
+                   for p in (0, 1)])
 
   runs = sorted(os.listdir(os.path.join(single, "runs")))
   assert runs == sorted(os.listdir(os.path.join(shared, "runs")))
