@@ -21,7 +21,8 @@ MARKER_TOKEN = 7
 
 def cpu_subprocess_env(devices: int) -> dict[str, str]:
   """This process's environment for a child on `devices` fake CPU devices,
-  keeping the XLA flags conftest set (the optimisation level)."""
+  keeping the XLA flags conftest set (optimisation level 0, classic fusion
+  emitters)."""
   env = dict(os.environ)
   env.pop("JAX_NUM_CPU_DEVICES", None)
   env["JAX_PLATFORMS"] = "cpu"
@@ -74,7 +75,7 @@ TINY_EXPERIMENT = ["train", "--config", "configs/tiny_cpu.py",
                    "--config.train.num_steps=4", "--config.train.eval_every=2",
                    "--config.train.patience=0", "--config.data.num_queries=32",
                    "--config.data.num_docs=24"]
-TINY_DEVICES = 4
+TINY_DEVICES = 4  # Even: test_multiprocess splits them over two processes.
 
 
 def run_tiny_experiment(workdir: str, timeout_s: int = 600,
