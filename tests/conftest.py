@@ -32,13 +32,14 @@ jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
 # elemental ones (the tiny experiment, cold cache: 109 s with them, 74 s
 # without; warm, both about 40 s), so tests use the classic ones. Not so at
 # the default level, the product's: `bench/unpadded_step.py` on
-# `squad_longdoc.py:cpu` compiled the padded step in 49 s with them against
-# 30 s, and ran it at 8.76 s/step against 7.55. The switch
-# also changes some HLO passes (scatters are expanded), so, like level 0, it
-# departs from what a user's CPU run compiles; tests that need the product's
-# numbers compare with tolerances, and equality tests compare runs built
-# alike. Set before any backend starts; xdist workers and the `best_jax`
-# subprocesses inherit them. A flag the user already set keeps its value.
+# `squad_longdoc.py:cpu` compiled the padded step in 49 s with the classic
+# emitters and 30 s with the new ones, and ran it at 8.76 and 7.55 s/step.
+# The switch also changes some HLO passes (scatters are expanded), so, like
+# level 0, it departs from what a user's CPU run compiles; tests that need
+# the product's numbers compare with tolerances, and equality tests compare
+# runs built alike. Set before any backend starts; xdist workers and the
+# `best_jax` subprocesses inherit them. A flag the user already set keeps its
+# value.
 # (XLA rejects unknown flags: a jaxlib that drops one needs this list
 # updated; requirements-dev.txt caps jax for that reason.)
 _TEST_XLA_FLAGS = ("--xla_backend_optimization_level=0",
