@@ -84,6 +84,9 @@ def unpadded_padding(inputs, build, num_batches: int, config, bert) -> dict:
   batches = examples.first_batches(num_batches, config.train.batch_size)
   for batch in batches:
     masks = np.stack([e["attention_mask"] for e in batch])
+    if steps > 1:  # Balanced micro-batches, as `best_jax train` feeds them.
+      masks = masks[token_budget.micro_batch_order(masks, steps, 1,
+                                                   len(batch))]
     length = masks.shape[-1]
     lengths = masks.reshape(-1, length).sum(-1)
     need = int(lengths.sum())

@@ -6,7 +6,9 @@
 Builds the experiment's inputs and ranker as `best_jax train` does, the
 first `--steps` FirstP batches of the schedule (`experiment.examples`), and
 the budgets `best_jax train` chooses with `train.unpadded`
-(`train.token_budget.choose_budgets` on the first 16 batches). Then times
+(`train.token_budget.choose_budgets` on the first 16 batches; with
+`train.accumulation_steps` above 1 each batch's micro-batches balanced as
+the pipeline balances them). Then times
 the jitted, donated `trainer.train_step` over those batches with padded
 rows, as `best_jax train` runs it with `train.unpadded`
 (`token_budget.UnpaddedSteps`: the first budget a batch fits, or padded),
@@ -61,10 +63,11 @@ def main(argv=None) -> int:
   build = examples.SegmentExamples(inputs, "firstp", config.seed,
                                    family=config.ranker.kind)
   source = examples.GroupExamples(inputs.schedule, build)
+  steps = t.get("accumulation_steps", 1)
+  shards = token_budget.data_shards(trainer.batch_sharding)
   budgets = token_budget.choose_budgets(
       source.first_batches(token_budget.SAMPLE_BATCHES, t.batch_size),
-      steps=t.get("accumulation_steps", 1),
-      shards=token_budget.data_shards(trainer.batch_sharding),
+      steps=steps, shards=shards,
       attention_groups=t.get("attention_groups", 1))
   tokens = [b.tokens for b in budgets]
   if not budgets:
@@ -75,14 +78,17 @@ def main(argv=None) -> int:
   batches = []
   for group in source.first_batches(args.steps, t.batch_size):
     group = [dict(e, example_mask=np.bool_(True)) for e in group]
-    batches.append(trainer.put(pack(group, features)))
+    batch = pack(group, features)
+    if steps > 1:  # Balanced micro-batches, as `best_jax train` feeds them.
+      batch = token_budget.balance_micro_batches(
+          batch, steps=steps, shards=shards, batch_size=t.batch_size)
+    batches.append(trainer.put(batch))
   real = sum(int(np.asarray(b["attention_mask"]).sum()) for b in batches)
   capacity = sum(int(np.asarray(b["attention_mask"]).size) for b in batches)
 
   def unpadded(chosen):
     return token_budget.UnpaddedSteps(
-        trainer.train_step, chosen, steps=t.get("accumulation_steps", 1),
-        shards=token_budget.data_shards(trainer.batch_sharding))
+        trainer.train_step, chosen, steps=steps, shards=shards)
   step_fns = {"padded": trainer.train_step, "unpadded": unpadded(budgets),
               "unpadded, attention at full length": unpadded(
                   [dataclasses.replace(b, rows=()) for b in budgets])}

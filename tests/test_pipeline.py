@@ -139,3 +139,24 @@ def test_global_arrays_follow_the_sharding():
       assert isinstance(g[name], jax.Array)
       assert g[name].sharding.spec == jax.P("data")
       np.testing.assert_array_equal(np.asarray(g[name]), w[name])
+
+
+def test_arrange_reorders_each_local_batch_before_transfer():
+  """`arrange` sees each process-local numpy batch, `example_mask`
+  included (the last batch's blank rows too), and its result is what the
+  iterator yields."""
+  def reverse(batch):
+    assert all(isinstance(v, np.ndarray) for v in batch.values())
+    return {name: value[::-1] for name, value in batch.items()}
+  with InputPipeline(CountingSource(5), FEATURES, global_batch_size=4,
+                     process_index=0, process_count=1,
+                     arrange=reverse) as it:
+    got = list(it)
+  with InputPipeline(CountingSource(5), FEATURES, global_batch_size=4,
+                     process_index=0, process_count=1) as it:
+    want = list(it)
+  assert len(got) == len(want) == 2
+  for g, w in zip(got, want):
+    for name in list(FEATURES) + ["example_mask"]:
+      np.testing.assert_array_equal(g[name], w[name][::-1])
+  assert got[1]["example_mask"].tolist() == [False, False, False, True]

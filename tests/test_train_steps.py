@@ -11,6 +11,9 @@ import optax
 import pytest
 from flax import nnx
 
+from best_jax.data.pipeline import Feature
+from best_jax.experiment import stages as stages_lib
+from best_jax.experiment.workdir import Workdir
 from best_jax.models.bert_config import BertConfig
 from best_jax.models.ranker import CrossEncoderRanker
 from best_jax.models.unpadding import TokenBudget
@@ -338,6 +341,115 @@ def test_unpadded_step_equals_the_padded_step(accumulation_steps, dropout):
   for a, b in zip(jax.tree.leaves(start_params),
                   jax.tree.leaves(jax.device_get(state.params))):
     np.testing.assert_array_equal(a, b)
+
+
+def _uneven_batch():
+  """16 examples of 2 rows: every 4th is long (16 tokens a row), the rest
+  short (3), so strided micro-batches (example e in e % 4) are uneven."""
+  batch = synthetic_batch(0, batch_size=16, group_size=2, length=16,
+                          vocab_size=128)
+  lengths = np.where(np.arange(16) % 4 == 0, 16, 3)[:, None].repeat(2, 1)
+  batch["attention_mask"] = np.arange(16) < lengths[..., None]
+  batch["input_ids"] = batch["input_ids"] * batch["attention_mask"]
+  return batch
+
+
+def test_micro_batches_are_balanced_within_each_data_shard():
+  """With accumulation, each data shard's examples are reordered so that
+  its micro-batches hold about the same tokens: a permutation inside each
+  shard's block, a function of that block alone (so the same on any
+  number of processes)."""
+  batch = _uneven_batch()
+  mask = batch["attention_mask"]
+  units = token_budget.unit_of_examples(16, 4, 2)
+  # Blocks of 8: micro-batch 0 of each holds both long examples.
+  assert token_budget.largest_unit(mask, units) == 2 * 32
+  order = token_budget.micro_batch_order(mask, 4, 2, 16)
+  assert sorted(order[:8]) == list(range(8))
+  assert sorted(order[8:]) == list(range(8, 16))
+  assert token_budget.largest_unit(mask[order], units) == 32 + 6
+  np.testing.assert_array_equal(
+      order[8:], 8 + token_budget.micro_batch_order(mask[8:], 4, 1, 8))
+  arranged = token_budget.balance_micro_batches(batch, steps=4, shards=2,
+                                                batch_size=16)
+  for name, value in batch.items():
+    np.testing.assert_array_equal(arranged[name], value[order])
+
+
+def test_budgets_are_chosen_for_balanced_micro_batches():
+  """`choose_budgets` sizes the stream for the micro-batches the pipeline
+  feeds (balanced): 64 tokens here, where strided ones would need 128, the
+  padded size, and get no budget at all."""
+  batch = _uneven_batch()
+  examples = [{name: value[i] for name, value in batch.items()}
+              for i in range(16)]
+  budgets = token_budget.choose_budgets([examples], steps=4, shards=1)
+  assert [b.tokens for b in budgets] == [64]
+
+
+def test_a_balanced_batch_trains_unpadded_to_the_same_update():
+  """Reordering a batch's examples changes only the rounding: the balanced
+  batch fits a budget the strided one does not, and its unpadded update is
+  the padded update of the batch as it came."""
+  batch = _uneven_batch()
+  arranged = token_budget.balance_micro_batches(batch, steps=4, shards=1,
+                                                batch_size=16)
+  trainer = _trainer(4)
+  budget = TokenBudget(32 + 3 * 6)
+  results = {}
+  for name, data, budgets in (("padded", batch, None),
+                              ("strided", batch, (budget,)),
+                              ("balanced", arranged, (budget,))):
+    step = trainer.train_step
+    if budgets:
+      step = token_budget.UnpaddedSteps(step, budgets, steps=4, shards=1)
+    state, metrics = step(trainer.init(0), trainer.put(data))
+    results[name] = jax.device_get((state.params, metrics))
+  assert results["strided"][1]["unpadded"] == 0.0
+  assert results["balanced"][1]["unpadded"] == 1.0
+  padded_params, padded = results["padded"]
+  params, metrics = results["balanced"]
+  for name in ("loss", "grad_norm", "groups"):
+    np.testing.assert_allclose(metrics[name], padded[name], rtol=1e-5)
+  for a, b in zip(jax.tree.leaves(padded_params), jax.tree.leaves(params)):
+    np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-8)
+
+
+def test_a_stage_with_accumulation_feeds_balanced_micro_batches(tmp_path):
+  """`best_jax train`'s stages balance the micro-batches they feed an
+  unpadded step with accumulation, so the batch fits the budget chosen for
+  it (strided, this one would run padded)."""
+  config = tiny_config()
+  config.train.update(batch_size=16, accumulation_steps=4, num_steps=1,
+                      eval_every=1, log_every=1, patience=0,
+                      checkpoint_every=0)
+  batch = _uneven_batch()
+  names = ("input_ids", "attention_mask", "token_type_ids", "labels", "mask")
+  examples = [{n: batch[n][i] for n in names} for i in range(16)]
+  trainer = _trainer(4)
+  seen = []
+
+  def step_fn(state, data, budget=None):
+    seen.append((np.asarray(data["attention_mask"]), budget))
+    return state, {"loss": jnp.float32(0.0)}
+
+  class Examples(list):
+    built = 16
+  plan = stages_lib.Plan(
+      name="firstp", regime="firstp", state=lambda: trainer.init(0),
+      step_fn=step_fn, examples=Examples(examples),
+      features={n: Feature(batch[n].shape[1:], batch[n].dtype)
+                for n in names},
+      batch_sharding=trainer.batch_sharding,
+      evaluate=lambda params: {"firstp": 0.0},
+      budgets=lambda: (TokenBudget(64),))
+  stages_lib.Stages(config, Workdir(tmp_path)).train(
+      plan, like=trainer.init(0).params)
+  (mask, budget), = seen
+  assert budget == TokenBudget(64)
+  np.testing.assert_array_equal(
+      mask, batch["attention_mask"][token_budget.micro_batch_order(
+          batch["attention_mask"], 4, 1, 16)])
 
 
 def test_units_follow_micro_batches_and_shards():

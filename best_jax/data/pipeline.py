@@ -25,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 import queue
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
 import jax
@@ -103,13 +103,18 @@ class InputPipeline:
     process_index, process_count: this process's block when `sharding` is
       None (default: the JAX process index and count).
     prefetch: batches prepared ahead on a background thread (0: none).
+    arrange: applied to each process-local batch of numpy arrays (whole
+      data-shard blocks, `example_mask` included) before it is transferred,
+      e.g. `train.token_budget.balance_micro_batches`.
   """
 
   def __init__(self, source: Source, features: Mapping[str, Feature], *,
                global_batch_size: int, sharding: Any = None,
                process_index: int | None = None,
-               process_count: int | None = None, prefetch: int = 2):
+               process_count: int | None = None, prefetch: int = 2,
+               arrange: Callable[[Batch], Batch] | None = None):
     self._source = source
+    self._arrange = arrange
     self._features = dict(features)
     self._size = len(source)
     if global_batch_size < 1:
@@ -170,6 +175,8 @@ class InputPipeline:
         full[valid] = batch[name]
         batch[name] = full
     batch[EXAMPLE_MASK] = valid
+    if self._arrange is not None:
+      batch = self._arrange(batch)
     if self._sharding is None:
       return batch
     sharding = jax.NamedSharding(self._sharding.mesh,

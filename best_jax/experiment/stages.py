@@ -19,6 +19,7 @@ is written, naming the changed keys.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from collections.abc import Callable
 from typing import Any
@@ -129,12 +130,17 @@ class Stages:
                 "settings": checks.fingerprint(self.config, plan.regime)}
     self.workdir.write_json(settings, CHECKPOINTS, f"{plan.name}.json")
     started = time.time()
-    step_fn = plan.step_fn
+    step_fn, arrange = plan.step_fn, None
     budgets = plan.budgets() if plan.budgets else ()
     if budgets:
-      step_fn = token_budget.UnpaddedSteps(
-          step_fn, budgets, steps=t.get("accumulation_steps", 1),
-          shards=token_budget.data_shards(plan.batch_sharding))
+      steps = t.get("accumulation_steps", 1)
+      shards = token_budget.data_shards(plan.batch_sharding)
+      step_fn = token_budget.UnpaddedSteps(step_fn, budgets, steps=steps,
+                                           shards=shards)
+      if steps > 1:  # Micro-batches of even sizes, as the budgets assume.
+        arrange = functools.partial(
+            token_budget.balance_micro_batches, steps=steps, shards=shards,
+            batch_size=t.batch_size)
       rows = budgets[0].rows
       groups = (f"attention groups (rows up to 1/{len(rows)}, 2/{len(rows)}, "
                 f"... of the row length) of {'/'.join(map(str, rows))} rows"
@@ -142,10 +148,13 @@ class Stages:
       self.workdir.log(
           f"{plan.name}: rows encoded unpadded, "
           f"{' or '.join(str(b.tokens) for b in budgets)} tokens per data "
-          f"shard and micro-batch; {groups}")
+          f"shard and micro-batch; {groups}"
+          + ("; each data shard's micro-batches balanced by tokens"
+             if arrange else ""))
     with InputPipeline(plan.examples, plan.features,
                        global_batch_size=t.batch_size,
-                       sharding=plan.batch_sharding) as batches, Checkpointer(
+                       sharding=plan.batch_sharding,
+                       arrange=arrange) as batches, Checkpointer(
                            self.workdir.path(CHECKPOINTS, plan.name),
                            max_to_keep=t.get("max_to_keep", 1)) as checkpointer:
       result = loop.fit(
