@@ -91,13 +91,23 @@ def test_scores_equal_direct_calls_in_buckets(trainer):
                                atol=1e-5)
   selected = scored.select()
   assert selected == {p: int(np.argmax(s)) for p, s in scores.items()}
-  # One compiled shape per bucket; another call with other pairs reuses them
-  # (the pair axis is padded to 64; the segment axis is the widest pair's).
-  assert scorer._score_into._cache_size() == 2  # pylint: disable=protected-access
+  # The forward pass compiles once per bucket, the scatter once per buffer
+  # shape; another call with other pairs reuses both (the pair axis is
+  # padded to 64; the segment axis is the widest pair's).
+  score_into = scorer._score_into  # pylint: disable=protected-access
+  compiled = lambda: (score_into.forward._cache_size(),  # pylint: disable=protected-access
+                      score_into.scatter._cache_size())  # pylint: disable=protected-access
+  assert compiled() == (2, 1)
   again = scorer.score(params, pairs[2:]).host()
-  assert scorer._score_into._cache_size() == 2  # pylint: disable=protected-access
+  assert compiled() == (2, 1)
   for pair in pairs[2:]:
     np.testing.assert_array_equal(again[pair], scores[pair])
+  # Another buffer shape (at most 2 segments: the width falls from 5 to 2)
+  # compiles only the scatter again, never the model's forward pass.
+  first_two = scorer.score(params, pairs, max_segments=2).host()
+  assert compiled() == (2, 2)
+  for pair in pairs:
+    np.testing.assert_allclose(first_two[pair], scores[pair][:2], rtol=1e-6)
   first = scorer.score(params, pairs[:3], max_segments=1).host()
   for pair in pairs[:3]:
     np.testing.assert_allclose(first[pair], scores[pair][:1], rtol=1e-6)

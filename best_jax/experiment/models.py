@@ -12,6 +12,7 @@ cosine or dot; no random part). The QDS-Transformer has its own ranker
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -25,8 +26,9 @@ from best_jax.models import BertConfig, CrossEncoderRanker, load_ranker
 from best_jax.models import pretrained as pretrained_lib
 from best_jax.models.bi_encoder import BiEncoderRanker, load_bi_encoder
 from best_jax.segments.config import SegmenterConfig
-from best_jax.select.embedding import EmbeddingScorer
-from best_jax.select.selection import SegmentScorer, segment_buckets
+from best_jax.select.embedding import EmbeddingScorer, build_embed_into
+from best_jax.select.selection import (SegmentScorer, build_score_into,
+                                       segment_buckets)
 from best_jax.train.state import TrainState, split_params
 from best_jax.train.trainer import Trainer, build_trainer
 
@@ -100,19 +102,26 @@ def build_ranker(config: ml_collections.ConfigDict, inputs: Inputs,
     similarity, scale = model.similarity, model.scale
     make = lambda rngs: BiEncoderRanker(model_config, similarity=similarity,
                                         scale=scale, rngs=rngs)
-    rows, scorer_class = BiRows, EmbeddingScorer
+    rows = BiRows
   else:
     make = lambda rngs: CrossEncoderRanker(model_config, rngs=rngs)
-    rows, scorer_class = CrossRows, SegmentScorer
+    rows = CrossRows
   buckets = segment_buckets(SegmenterConfig(**config.segments.to_dict()),
                             config.ranker.kind)
   trainer = build_trainer(make, trainer_config(config), mesh=mesh)
   per_call = rows_per_call(config.eval.rows_per_call, trainer)
+  # The scorers share one device step, so each shape compiles once.
+  if config.ranker.kind == "bi":
+    make_scorer = functools.partial(EmbeddingScorer,
+                                    embed_into=build_embed_into(trainer))
+  else:
+    make_scorer = functools.partial(SegmentScorer,
+                                    score_into=build_score_into(trainer))
 
   def scorer(segments, **cache):
-    return scorer_class(trainer, rows(segments, inputs.queries,
-                                      inputs.segmenter),
-                        rows_per_call=per_call, buckets=buckets, **cache)
+    return make_scorer(trainer, rows(segments, inputs.queries,
+                                     inputs.segmenter),
+                       rows_per_call=per_call, buckets=buckets, **cache)
   # A bi-encoder keeps each model's inference embeddings between its dev
   # evaluation and test scoring (the corpus's docids never change).
   cache = {}

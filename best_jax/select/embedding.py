@@ -28,9 +28,8 @@ import numpy as np
 from flax import nnx
 
 from best_jax.data.pipeline import Feature
-from best_jax.select.selection import (Pair, PairScores, feed, gather,
-                                       jit_buffer_step, padded_count,
-                                       padded_tokens)
+from best_jax.select.selection import (BufferStep, Pair, PairScores, feed,
+                                       gather, padded_count, padded_tokens)
 from best_jax.train.state import params_digest
 
 
@@ -87,21 +86,13 @@ def _row(build, index: int, *args) -> dict[str, np.ndarray]:
   return dict(build(*args), index=np.int32(index))
 
 
-def build_embed_into(trainer):
-  """The jitted embedding step: `(params, buffer_nh, batch) -> buffer_nh`
-  with each real row's embedding written at its `index` (the buffer is
-  donated and replicated; the batch sharded like a training batch)."""
-  graphdef = trainer.graphdef
-
-  def embed_into(params, buffer_nh, batch):
-    model = nnx.merge(graphdef, params)
-    emb_rh = model.embed(batch["input_ids"], batch["attention_mask"],
-                         batch["token_type_ids"])
-    real_r = batch["example_mask"] & (batch["index"] >= 0)
-    index_r = jnp.where(real_r, batch["index"], buffer_nh.shape[0])
-    return buffer_nh.at[index_r].set(emb_rh.astype(buffer_nh.dtype),
-                                     mode="drop")
-  return jit_buffer_step(trainer, embed_into)
+def build_embed_into(trainer) -> BufferStep:
+  """The bi-encoder's embedding step: each real row's embedding at its
+  `index` of an `[n, hidden]` buffer."""
+  return BufferStep(
+      trainer, lambda model, batch: model.embed(
+          batch["input_ids"], batch["attention_mask"],
+          batch["token_type_ids"]), index=("index",))
 
 
 class EmbeddingScorer:
@@ -117,10 +108,13 @@ class EmbeddingScorer:
       parameters; 0 (default): none. Only for a source whose docids always
       name the same segments (an experiment's corpus, not a reranker's
       per-call documents).
+    embed_into: the device step (`build_embed_into(trainer)` when None);
+      scorers of one trainer share one, so each shape compiles once.
   """
 
   def __init__(self, trainer, source: TextRows, *, rows_per_call: int,
-               buckets: Sequence[int], cache_rows: int = 0):
+               buckets: Sequence[int], cache_rows: int = 0,
+               embed_into: BufferStep | None = None):
     self.source = source
     self.rows_per_call = rows_per_call
     self.cache_rows = cache_rows
@@ -132,7 +126,7 @@ class EmbeddingScorer:
     self._batch_sharding = trainer.batch_sharding
     self._replicated = jax.NamedSharding(trainer.mesh, jax.P())
     graphdef = trainer.graphdef
-    self._embed_into = build_embed_into(trainer)
+    self._embed_into = embed_into or build_embed_into(trainer)
 
     def pair_scores(params, segments_nh, queries_qh, query_p, segment_ps):
       model = nnx.merge(graphdef, params)

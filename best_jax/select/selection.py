@@ -13,7 +13,9 @@ step uses too). `SegmentScorer` scores many pairs:
   transfers the next chunk while the devices score the current one;
 - each chunk's scores are scattered, on the devices, into a `[pairs,
   segments]` array (−inf where a pair has no such segment): nothing comes
-  back to the host per chunk;
+  back to the host per chunk; the model's forward pass compiles once per
+  bucket, and only the cheap scatter once per array shape (`BufferStep`,
+  shared by the scorers of one model);
 - `PairScores.select()` is a jitted vmap of the masked argmax over the
   pairs; only the chosen indices come back.
 """
@@ -173,38 +175,75 @@ def _blank_fn(num_pairs: int, width: int, sharding: jax.NamedSharding):
                  out_shardings=sharding)
 
 
+class BufferStep:
+  """A scorer's device step, `(params, buffer, batch) -> buffer`: each
+  real row's model output (`forward(model, batch)`, one value or vector per
+  row) written into the buffer at the row's `index` fields (the buffer
+  donated and replicated; the batch sharded like a training batch; a row
+  is real when `example_mask` is set and its first index is >= 0).
+
+  Two jitted parts: the model's forward pass, compiled once per row length
+  (bucket), and the scatter into the buffer, compiled once per buffer
+  shape, which is cheap; one step would compile the forward pass again for
+  every buffer shape (dev, test, selection, Birch; a bi-encoder's count of
+  segments to embed). `lower` lowers both as one computation, for `best_jax
+  aot`'s memory and FLOPs.
+  """
+
+  def __init__(self, trainer, forward: Callable[[nnx.Module, Any],
+                                                jax.Array],
+               index: Sequence[str]):
+    graphdef, index = trainer.graphdef, tuple(index)
+    self._mesh = trainer.mesh
+    self._index = index
+    replicated = jax.NamedSharding(trainer.mesh, jax.P())
+    rows = jax.NamedSharding(trainer.mesh,
+                             jax.P(trainer.batch_sharding.spec[0]))
+
+    def model_forward(params, batch):
+      return forward(nnx.merge(graphdef, params), batch)
+
+    def scatter(buffer, values_r, example_r, *index_r):
+      real_r = example_r & (index_r[0] >= 0)
+      first_r = jnp.where(real_r, index_r[0], buffer.shape[0])
+      return buffer.at[(first_r,) + index_r[1:]].set(
+          values_r.astype(buffer.dtype), mode="drop")
+
+    def step(params, buffer, batch):
+      return scatter(buffer, model_forward(params, batch),
+                     batch["example_mask"], *(batch[n] for n in index))
+
+    with jax.set_mesh(trainer.mesh):
+      self.forward = jax.jit(model_forward, in_shardings=(
+          trainer.param_shardings, trainer.batch_sharding),
+                             out_shardings=rows)
+      self.scatter = jax.jit(scatter, out_shardings=replicated,
+                             donate_argnums=0)
+      self._step = jax.jit(step, in_shardings=(
+          trainer.param_shardings, replicated, trainer.batch_sharding),
+                           out_shardings=replicated, donate_argnums=1)
+
+  def __call__(self, params, buffer, batch):
+    with jax.set_mesh(self._mesh):
+      values_r = self.forward(params, batch)
+      return self.scatter(buffer, values_r, batch["example_mask"],
+                          *(batch[n] for n in self._index))
+
+  def lower(self, params, buffer, batch):
+    with jax.set_mesh(self._mesh):
+      return self._step.lower(params, buffer, batch)
+
+
 def build_score_into(trainer, names: Sequence[str] = ("input_ids",
                                                      "attention_mask",
-                                                     "token_type_ids")):
-  """The jitted scoring step: `(params, buffer_ps, batch) -> buffer_ps` with
-  each real row's score written at `[pair, segment]` (the buffer is donated
-  and replicated; the batch sharded like a training batch)."""
-  graphdef, names = trainer.graphdef, tuple(names)
-
-  def score_into(params, buffer_ps, batch):
-    model = nnx.merge(graphdef, params)
-    scores_r = model(*(batch[n] for n in names)).astype(jnp.float32)
-    real_r = batch["example_mask"] & (batch["pair"] >= 0)
-    pair_r = jnp.where(real_r, batch["pair"], buffer_ps.shape[0])
-    return buffer_ps.at[pair_r, batch["segment"]].set(scores_r, mode="drop")
-  return jit_buffer_step(trainer, score_into)
-
-
-def jit_buffer_step(trainer, step: Callable) -> Callable:
-  """Jits `step(params, buffer, batch) -> buffer` with the trainer's
-  parameter and batch shardings, the buffer replicated and donated."""
-  replicated = jax.NamedSharding(trainer.mesh, jax.P())
-  with jax.set_mesh(trainer.mesh):
-    jitted = jax.jit(step, in_shardings=(
-        trainer.param_shardings, replicated, trainer.batch_sharding),
-                     out_shardings=replicated, donate_argnums=1)
-
-  def call(*args):
-    with jax.set_mesh(trainer.mesh):
-      return jitted(*args)
-  call.lower = jitted.lower
-  call._cache_size = jitted._cache_size  # pylint: disable=protected-access
-  return call
+                                                     "token_type_ids")
+                     ) -> BufferStep:
+  """The cross-encoder scorer's step: each row's score (float32) at
+  `[pair, segment]` of a `[pairs, segments]` buffer."""
+  names = tuple(names)
+  return BufferStep(
+      trainer, lambda model, batch: model(*(batch[n] for n in names)),
+      index=("pair", "segment"))
 
 
 def default_buckets(max_len: int, count: int = 4, multiple: int = 8
@@ -239,19 +278,22 @@ class SegmentScorer:
       the data-parallel devices and of the process count).
     buckets: row lengths compiled for (ascending; the last fits every row).
     names: the model's input arrays, in call order.
+    score_into: the device step (`build_score_into(trainer, names)` when
+      None); scorers of one trainer share one, so each shape compiles once.
   """
 
   def __init__(self, trainer, source: RowSource, *, rows_per_call: int,
                buckets: Sequence[int],
                names: Sequence[str] = ("input_ids", "attention_mask",
-                                       "token_type_ids")):
+                                       "token_type_ids"),
+               score_into: BufferStep | None = None):
     self.source = source
     self.rows_per_call = rows_per_call
     self.buckets = tuple(sorted(buckets))
     self._batch_sharding = trainer.batch_sharding
     self._mesh = trainer.mesh
     self.built = (0, 0)  # (rows this process built, rows of all) last call
-    self._score_into = build_score_into(trainer, names)
+    self._score_into = score_into or build_score_into(trainer, names)
     self._replicated = jax.NamedSharding(trainer.mesh, jax.P())
 
   def _blank(self, num_pairs: int, width: int) -> jax.Array:
