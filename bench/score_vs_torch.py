@@ -8,9 +8,10 @@ built by `trainer.build_trainer` from a real cross-encoder config (default
 `configs/squad_longdoc.py:cpu`: its optimizer — AdamW with warmup/decay,
 weight-decay mask and clipping —, its loss, mesh and sharding rules, the
 checkpoint's dropout), the jitted, donated `train_step` on `trainer.put`
-batches, and the scorer's jitted step `selection.build_score_into` (what
+batches, and the scorer's device step `selection.build_score_into` (what
 `SegmentScorer` runs for every chunk of selection and evaluation: put the
-rows, score them into a device buffer; here also fetched). The model's own defaults choose the
+rows, the jitted forward pass, the jitted scatter of the scores into a
+device buffer; here also fetched). The model's own defaults choose the
 attention form (`BertConfig.attention_block=None`); the JSON records the
 configuration and the plan chosen per shape.
 

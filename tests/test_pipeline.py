@@ -1,6 +1,7 @@
 """Tests of the input pipeline: per-process rows, order, fixed shapes,
 padding, resume."""
 
+import functools
 import json
 
 import jax
@@ -10,6 +11,7 @@ import pytest
 from best_jax.data import pipeline
 from best_jax.data.pipeline import Feature, InputPipeline
 from best_jax.errors import InputError
+from best_jax.train import token_budget
 
 FEATURES = {"id": Feature((), np.int32),
             "tokens": Feature((8,), np.int32, pad_value=-1)}
@@ -160,3 +162,40 @@ def test_arrange_reorders_each_local_batch_before_transfer():
     for name in list(FEATURES) + ["example_mask"]:
       np.testing.assert_array_equal(g[name], w[name][::-1])
   assert got[1]["example_mask"].tolist() == [False, False, False, True]
+
+
+def test_balanced_micro_batches_on_a_sharded_batch():
+  """On a mesh of 4 data shards × 2 model devices, the pipeline's global
+  batch is the unsharded batch reordered within each shard's block
+  (`token_budget.micro_batch_order`): the blocks, not the devices that
+  hold them, decide the order."""
+  rng = np.random.default_rng(0)
+  lengths = rng.integers(1, 9, 20)
+
+  class Rows:
+    def __len__(self):
+      return 20
+
+    def __getitem__(self, i):
+      return {"id": np.int32(i),
+              "attention_mask": np.arange(8) < lengths[i]}
+  features = {"id": Feature((), np.int32),
+              "attention_mask": Feature((8,), bool)}
+  mesh = jax.make_mesh((4, 2), ("data", "model"),
+                       axis_types=(jax.sharding.AxisType.Auto,) * 2)
+  arrange = functools.partial(token_budget.balance_micro_batches, steps=2,
+                              shards=4, batch_size=16)
+  with InputPipeline(Rows(), features, global_batch_size=16,
+                     sharding=jax.NamedSharding(mesh, jax.P("data")),
+                     arrange=arrange) as it:
+    got = [np.asarray(b["id"]) for b in it]
+  for start, ids in zip((0, 16), got):
+    positions = np.arange(start, start + 16)
+    mask = np.arange(8) < np.where(
+        positions < 20, lengths[np.minimum(positions, 19)], 0)[:, None]
+    order = token_budget.micro_batch_order(mask, 2, 4, 16)
+    want = np.where(positions < 20, positions, 0)[order]
+    np.testing.assert_array_equal(ids, want)
+    units = token_budget.unit_of_examples(16, 2, 4)
+    assert (token_budget.largest_unit(mask[order], units)
+            <= token_budget.largest_unit(mask, units))

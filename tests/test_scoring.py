@@ -94,9 +94,9 @@ def test_scores_equal_direct_calls_in_buckets(trainer):
   # The forward pass compiles once per bucket, the scatter once per buffer
   # shape; another call with other pairs reuses both (the pair axis is
   # padded to 64; the segment axis is the widest pair's).
-  score_into = scorer._score_into  # pylint: disable=protected-access
-  compiled = lambda: (score_into.forward._cache_size(),  # pylint: disable=protected-access
-                      score_into.scatter._cache_size())  # pylint: disable=protected-access
+  def compiled():  # pylint: disable=protected-access
+    step = scorer._score_into
+    return step.forward._cache_size(), step.scatter._cache_size()
   assert compiled() == (2, 1)
   again = scorer.score(params, pairs[2:]).host()
   assert compiled() == (2, 1)

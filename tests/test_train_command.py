@@ -117,6 +117,31 @@ def test_work_recorded_before_a_setting_changed_meaning_still_resumes():
                                "segments.k_train: 12 -> 13"]
 
 
+def test_balanced_micro_batches_are_part_of_a_models_settings():
+  """With accumulation, `best_jax train` balances each data shard's
+  examples over the micro-batches, which changes the dropout draws: the
+  fingerprint records it and the number of data shards, so work trained
+  with strided micro-batches shows as stale. Without accumulation nothing
+  changes, and `train.unpadded` stays a speed setting either way."""
+  plain = checks.fingerprint(load_config("configs/squad_longdoc.py:cpu"),
+                             "firstp")
+  assert "train.micro_batches" not in plain
+  assert "train.data_shards" not in plain
+  four = ["config.train.accumulation_steps=4"]
+  current = checks.fingerprint(
+      load_config("configs/squad_longdoc.py:cpu", four), "firstp")
+  assert current["train.micro_batches"] == "balanced per data shard"
+  assert current["train.data_shards"] >= 1
+  before = {k: v for k, v in current.items()
+            if k not in ("train.micro_batches", "train.data_shards")}
+  assert "train.micro_batches: 'strided' -> 'balanced per data shard'" in (
+      checks.stale_keys(before, current, "firstp"))
+  padded = load_config("configs/squad_longdoc.py:cpu", four + [
+      "config.train.unpadded=False", "config.train.attention_groups=1"])
+  assert checks.stale_keys(current, checks.fingerprint(padded, "firstp"),
+                           "firstp") == []
+
+
 def _runs(workdir):
   directory = os.path.join(workdir, "runs")
   return {name: open(os.path.join(directory, name), "rb").read()

@@ -376,6 +376,18 @@ def test_micro_batches_are_balanced_within_each_data_shard():
     np.testing.assert_array_equal(arranged[name], value[order])
 
 
+def test_a_batch_that_is_not_whole_units_is_refused_or_left_out():
+  batch = _uneven_batch()
+  with pytest.raises(ValueError, match="micro-batches"):
+    token_budget.balanced_order(np.ones(10), 4)
+  examples = [{"attention_mask": batch["attention_mask"][i]}
+              for i in range(16)]
+  assert token_budget.choose_budgets([examples[:10]], steps=4, shards=1) == ()
+  assert token_budget.choose_budgets([examples, examples[:12]], steps=4,
+                                     shards=2) == token_budget.choose_budgets(
+                                         [examples], steps=4, shards=2)
+
+
 def test_budgets_are_chosen_for_balanced_micro_batches():
   """`choose_budgets` sizes the stream for the micro-batches the pipeline
   feeds (balanced): 64 tokens here, where strided ones would need 128, the
@@ -415,10 +427,13 @@ def test_a_balanced_batch_trains_unpadded_to_the_same_update():
     np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-8)
 
 
-def test_a_stage_with_accumulation_feeds_balanced_micro_batches(tmp_path):
-  """`best_jax train`'s stages balance the micro-batches they feed an
-  unpadded step with accumulation, so the batch fits the budget chosen for
-  it (strided, this one would run padded)."""
+@pytest.mark.parametrize("unpadded", [True, False])
+def test_a_stage_with_accumulation_feeds_balanced_micro_batches(tmp_path,
+                                                                unpadded):
+  """`best_jax train`'s stages balance the micro-batches of every step with
+  accumulation, padded or not (so `train.unpadded` never changes the
+  model): the batch fits the budget chosen for it (strided, this one would
+  run padded)."""
   config = tiny_config()
   config.train.update(batch_size=16, accumulation_steps=4, num_steps=1,
                       eval_every=1, log_every=1, patience=0,
@@ -442,11 +457,11 @@ def test_a_stage_with_accumulation_feeds_balanced_micro_batches(tmp_path):
                 for n in names},
       batch_sharding=trainer.batch_sharding,
       evaluate=lambda params: {"firstp": 0.0},
-      budgets=lambda: (TokenBudget(64),))
+      budgets=(lambda: (TokenBudget(64),)) if unpadded else None)
   stages_lib.Stages(config, Workdir(tmp_path)).train(
       plan, like=trainer.init(0).params)
   (mask, budget), = seen
-  assert budget == TokenBudget(64)
+  assert budget == (TokenBudget(64) if unpadded else None)
   np.testing.assert_array_equal(
       mask, batch["attention_mask"][token_budget.micro_batch_order(
           batch["attention_mask"], 4, 1, 16)])

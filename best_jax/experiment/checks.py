@@ -71,7 +71,9 @@ def fingerprint(config: ml_collections.ConfigDict, regime: str
                 ) -> dict[str, Any]:
   """The settings a model trained under `regime` depends on (with
   `train.fixed_order_reduction`, also the number of data shards, since each
-  draws its own dropout)."""
+  draws its own dropout; with gradient accumulation too, since each data
+  shard's examples are balanced over the micro-batches, which changes the
+  dropout draws: `token_budget.balance_micro_batches`)."""
   others = [p for r, ps in _REGIME_SECTIONS.items() if r != regime
             for p in ps]
   settings = {key: value for key, value in _flat(config.to_dict()).items()
@@ -81,7 +83,10 @@ def fingerprint(config: ml_collections.ConfigDict, regime: str
   settings["data.subsample_seed"] = config.data.get("seed", 0)
   if regime in _SPAN_REGIMES:
     settings["segments.training_span"] = "inference"
-  if config.train.get("fixed_order_reduction", False):
+  if config.train.get("accumulation_steps", 1) > 1:
+    settings["train.micro_batches"] = "balanced per data shard"
+  if (config.train.get("fixed_order_reduction", False)
+      or config.train.get("accumulation_steps", 1) > 1):
     mesh = sharding_lib.make_mesh(config.mesh.shape, config.mesh.axis_names)
     settings["train.data_shards"] = sharding_lib.batch_multiple(
         mesh, tuple(tuple(r) for r in config.logical_axis_rules))
@@ -94,7 +99,8 @@ def fingerprint(config: ml_collections.ConfigDict, regime: str
 _ADDED = {"best.theta0": "joint", "segments.unit": "window",
           "train.fixed_order_reduction": False, "qds.head": "paper",
           "data.subsample_seed": lambda recorded: recorded.get("seed", 0),
-          "segments.training_span": "leading k_train"}
+          "segments.training_span": "leading k_train",
+          "train.micro_batches": "strided"}
 
 
 def stale_keys(recorded: dict[str, Any], current: dict[str, Any],

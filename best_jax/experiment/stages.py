@@ -131,16 +131,16 @@ class Stages:
     self.workdir.write_json(settings, CHECKPOINTS, f"{plan.name}.json")
     started = time.time()
     step_fn, arrange = plan.step_fn, None
+    steps = t.get("accumulation_steps", 1)
+    shards = token_budget.data_shards(plan.batch_sharding)
+    if steps > 1:  # Micro-batches of about equal tokens, padded or not.
+      arrange = functools.partial(
+          token_budget.balance_micro_batches, steps=steps, shards=shards,
+          batch_size=t.batch_size)
     budgets = plan.budgets() if plan.budgets else ()
     if budgets:
-      steps = t.get("accumulation_steps", 1)
-      shards = token_budget.data_shards(plan.batch_sharding)
       step_fn = token_budget.UnpaddedSteps(step_fn, budgets, steps=steps,
                                            shards=shards)
-      if steps > 1:  # Micro-batches of even sizes, as the budgets assume.
-        arrange = functools.partial(
-            token_budget.balance_micro_batches, steps=steps, shards=shards,
-            batch_size=t.batch_size)
       rows = budgets[0].rows
       groups = (f"attention groups (rows up to 1/{len(rows)}, 2/{len(rows)}, "
                 f"... of the row length) of {'/'.join(map(str, rows))} rows"
@@ -148,9 +148,10 @@ class Stages:
       self.workdir.log(
           f"{plan.name}: rows encoded unpadded, "
           f"{' or '.join(str(b.tokens) for b in budgets)} tokens per data "
-          f"shard and micro-batch; {groups}"
-          + ("; each data shard's micro-batches balanced by tokens"
-             if arrange else ""))
+          f"shard and micro-batch; {groups}")
+    if arrange:
+      self.workdir.log(f"{plan.name}: each data shard's {steps} "
+                       "micro-batches balanced by tokens")
     with InputPipeline(plan.examples, plan.features,
                        global_batch_size=t.batch_size,
                        sharding=plan.batch_sharding,

@@ -176,22 +176,15 @@ def _blank_fn(num_pairs: int, width: int, sharding: jax.NamedSharding):
 
 
 class BufferStep:
-  """A scorer's device step, `(params, buffer, batch) -> buffer`: each
-  real row's model output (`forward(model, batch)`, one value or vector per
-  row) written into the buffer at the row's `index` fields (the buffer
-  donated and replicated; the batch sharded like a training batch; a row
-  is real when `example_mask` is set and its first index is >= 0).
+  """A scorer's device step, `(params, buffer, batch) -> buffer`: each real
+  row's `forward(model, batch)` output written at the row's `index` fields
+  of the replicated, donated buffer (a row is real when `example_mask` is
+  set and its first index is >= 0). Two jitted parts, so that the model's
+  forward pass compiles once per row bucket and only the cheap scatter once
+  per buffer shape; `lower` lowers them as one computation (`best_jax
+  aot`)."""
 
-  Two jitted parts: the model's forward pass, compiled once per row length
-  (bucket), and the scatter into the buffer, compiled once per buffer
-  shape, which is cheap; one step would compile the forward pass again for
-  every buffer shape (dev, test, selection, Birch; a bi-encoder's count of
-  segments to embed). `lower` lowers both as one computation, for `best_jax
-  aot`'s memory and FLOPs.
-  """
-
-  def __init__(self, trainer, forward: Callable[[nnx.Module, Any],
-                                                jax.Array],
+  def __init__(self, trainer, forward: Callable[[nnx.Module, Any], Any],
                index: Sequence[str]):
     graphdef, index = trainer.graphdef, tuple(index)
     self._mesh = trainer.mesh

@@ -3,10 +3,12 @@
 A step's rows are split into units, one per (micro-batch, data shard): the
 rows one device encodes in one pass. `unit_of_examples` names each
 example's unit as `steps.micro_batches` and the batch sharding place it;
-with accumulation the pipeline first reorders each data shard's examples
-so that its micro-batches hold about the same tokens
-(`balance_micro_batches`: on squad_longdoc `:cpu` at 4 micro-batches, the
-joint step's padding falls from 20.8% to 13.2% of FLOPs).
+with accumulation, `best_jax train` feeds every step (padded or not)
+batches whose data shards' examples are reordered so that their
+micro-batches hold about the same tokens (`balance_micro_batches`: on
+squad_longdoc `:cpu` at 4 micro-batches, the joint step's padding falls
+from 20.8% to 13.2% of FLOPs); it changes the dropout draws, so the
+experiment records it (`experiment.checks.fingerprint`).
 `choose_budgets` picks, from the first batches of the schedule, one or two
 stream sizes T per unit (those that would have encoded them in the fewest
 tokens; two only when they take `MIN_SAVING` fewer tokens than the best
@@ -87,6 +89,9 @@ def balanced_order(tokens: np.ndarray, steps: int) -> np.ndarray:
   first, each join the micro-batch with the fewest tokens so far that has
   room (ties: the lower index, the earlier example)."""
   tokens = np.asarray(tokens)
+  if len(tokens) % steps:
+    raise ValueError(f"{len(tokens)} examples do not split into {steps} "
+                     "micro-batches")
   size = len(tokens) // steps
   members: list[list[int]] = [[] for _ in range(steps)]
   load = [0] * steps
@@ -188,14 +193,16 @@ def choose_budgets(batches: Iterable[list[Mapping[str, np.ndarray]]], *,
   """The budgets per unit (ascending stream sizes T, at most `MAX_BUDGETS`,
   with one set of attention groups, at most `attention_groups` of them
   non-empty; 1: every row attended at full length) that encode `batches` of
-  examples (each a dict with `attention_mask` `[G, ..., L]`) in the fewest
-  tokens (each batch's micro-batches balanced as the pipeline balances
-  them, `balance_micro_batches`), each batch in the smallest T its largest
-  unit fits, one that
-  fits none or whose rows do not fit the groups counted padded; () when
-  that saves under 5% of the padded rows' tokens."""
+  examples (each a dict with `attention_mask` `[G, ..., L]`; micro-batches
+  balanced as the pipeline balances them, `balance_micro_batches`) in the
+  fewest tokens, each batch in the smallest T its largest unit fits, one
+  that fits none or whose rows do not fit the groups counted padded; ()
+  when that saves under 5% of the padded rows' tokens. A batch that does
+  not split into whole units (a short last one) is left out."""
   needs, aboves, capacity, rows = [], [], 0, 0
   for examples in batches:
+    if not examples or len(examples) % (steps * shards):
+      continue
     mask = np.stack([e["attention_mask"] for e in examples])
     if steps > 1:  # As the pipeline arranges them (`balance_micro_batches`).
       mask = mask[micro_batch_order(mask, steps, shards, len(examples))]
