@@ -119,10 +119,11 @@ def test_work_recorded_before_a_setting_changed_meaning_still_resumes():
 
 def test_balanced_micro_batches_are_part_of_a_models_settings():
   """With accumulation, `best_jax train` balances each data shard's
-  examples over the micro-batches, which changes the dropout draws: the
-  fingerprint records it and the number of data shards, so work trained
-  with strided micro-batches shows as stale. Without accumulation nothing
-  changes, and `train.unpadded` stays a speed setting either way."""
+  examples over a cross-encoder's micro-batches, which changes the dropout
+  draws: the fingerprint records it and the number of data shards, so work
+  trained with strided micro-batches shows as stale. Without accumulation
+  nothing changes, and `train.unpadded` stays a speed setting either
+  way."""
   plain = checks.fingerprint(load_config("configs/squad_longdoc.py:cpu"),
                              "firstp")
   assert "train.micro_batches" not in plain
@@ -140,6 +141,10 @@ def test_balanced_micro_batches_are_part_of_a_models_settings():
       "config.train.unpadded=False", "config.train.attention_groups=1"])
   assert checks.stale_keys(current, checks.fingerprint(padded, "firstp"),
                            "firstp") == []
+  # A bi-encoder's in-batch negatives are its micro-batch's: not balanced.
+  bi = checks.fingerprint(
+      load_config("configs/squad_longdoc.py:cpu_bi", four), "firstp")
+  assert "train.micro_batches" not in bi
 
 
 def _runs(workdir):

@@ -377,15 +377,21 @@ def test_micro_batches_are_balanced_within_each_data_shard():
 
 
 def test_a_batch_that_is_not_whole_units_is_refused_or_left_out():
+  """`balanced_order` refuses a block that is not whole micro-batches;
+  `choose_budgets` leaves out a batch shorter than the first (the last of
+  a schedule, which the pipeline pads to a full one) and returns no budget
+  when the batches do not split into whole units."""
   batch = _uneven_batch()
   with pytest.raises(ValueError, match="micro-batches"):
     token_budget.balanced_order(np.ones(10), 4)
   examples = [{"attention_mask": batch["attention_mask"][i]}
               for i in range(16)]
-  assert token_budget.choose_budgets([examples[:10]], steps=4, shards=1) == ()
+  full = token_budget.choose_budgets([examples], steps=4, shards=1)
+  assert [b.tokens for b in full] == [64]
   assert token_budget.choose_budgets([examples, examples[:12]], steps=4,
-                                     shards=2) == token_budget.choose_budgets(
-                                         [examples], steps=4, shards=2)
+                                     shards=1) == full
+  assert token_budget.choose_budgets([examples[:10]], steps=4,
+                                     shards=1) == ()
 
 
 def test_budgets_are_chosen_for_balanced_micro_batches():

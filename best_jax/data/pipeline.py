@@ -15,6 +15,11 @@ per-feature shapes and stacked; a background thread reads, packs and (with a
 sharding) transfers `prefetch` batches ahead, forming global arrays with
 `jax.make_array_from_process_local_data`, while the devices work.
 
+An `arrange` function may reorder each process-local batch before it is
+transferred (`best_jax train` balances gradient-accumulation micro-batches
+within each data shard's block this way), still a pure function of the
+step.
+
 `get_state()` is the number of examples of the batches handed out (not the
 prefetched ones), the same on every process; `set_state` continues exactly
 there, so a resumed run neither skips nor repeats an example.

@@ -32,7 +32,9 @@ RANKER_KINDS = ("cross", "bi")
 # pretrained bi-encoder, which ranks before any training.
 THETA0 = ("joint", "pretrained")
 
-# Settings that change how a run is shown or paced, never a trained model.
+# Settings that change how a run is shown or paced, never a trained model
+# (the number of data shards the mesh makes is recorded apart where it
+# matters: `fingerprint`).
 # The dev/test candidates (`eval.depth`) are re-read on every run: a rerun
 # with another depth rescores the test pairs with the same models. The
 # schedule always spans `train.num_steps` (`models.trainer_config`), whatever
@@ -67,13 +69,21 @@ def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
   return {prefix[:-1]: value}
 
 
+def balances_micro_batches(config: ml_collections.ConfigDict) -> bool:
+  """Whether `best_jax train` balances each data shard's examples over the
+  micro-batches (`token_budget.balance_micro_batches`): for cross-encoder
+  rows with gradient accumulation, padded or not (a bi-encoder's in-batch
+  negatives are its micro-batch's, so there the order is the loss's)."""
+  return (config.train.get("accumulation_steps", 1) > 1
+          and config.ranker.kind == "cross")
+
+
 def fingerprint(config: ml_collections.ConfigDict, regime: str
                 ) -> dict[str, Any]:
   """The settings a model trained under `regime` depends on (with
   `train.fixed_order_reduction`, also the number of data shards, since each
-  draws its own dropout; with gradient accumulation too, since each data
-  shard's examples are balanced over the micro-batches, which changes the
-  dropout draws: `token_budget.balance_micro_batches`)."""
+  draws its own dropout; when `balances_micro_batches` too, since the
+  balance changes the dropout draws)."""
   others = [p for r, ps in _REGIME_SECTIONS.items() if r != regime
             for p in ps]
   settings = {key: value for key, value in _flat(config.to_dict()).items()
@@ -83,10 +93,10 @@ def fingerprint(config: ml_collections.ConfigDict, regime: str
   settings["data.subsample_seed"] = config.data.get("seed", 0)
   if regime in _SPAN_REGIMES:
     settings["segments.training_span"] = "inference"
-  if config.train.get("accumulation_steps", 1) > 1:
+  if balances_micro_batches(config):
     settings["train.micro_batches"] = "balanced per data shard"
   if (config.train.get("fixed_order_reduction", False)
-      or config.train.get("accumulation_steps", 1) > 1):
+      or balances_micro_batches(config)):
     mesh = sharding_lib.make_mesh(config.mesh.shape, config.mesh.axis_names)
     settings["train.data_shards"] = sharding_lib.batch_multiple(
         mesh, tuple(tuple(r) for r in config.logical_axis_rules))

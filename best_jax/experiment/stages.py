@@ -133,7 +133,7 @@ class Stages:
     step_fn, arrange = plan.step_fn, None
     steps = t.get("accumulation_steps", 1)
     shards = token_budget.data_shards(plan.batch_sharding)
-    if steps > 1:  # Micro-batches of about equal tokens, padded or not.
+    if checks.balances_micro_batches(self.config):
       arrange = functools.partial(
           token_budget.balance_micro_batches, steps=steps, shards=shards,
           batch_size=t.batch_size)

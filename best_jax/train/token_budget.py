@@ -3,12 +3,12 @@
 A step's rows are split into units, one per (micro-batch, data shard): the
 rows one device encodes in one pass. `unit_of_examples` names each
 example's unit as `steps.micro_batches` and the batch sharding place it;
-with accumulation, `best_jax train` feeds every step (padded or not)
-batches whose data shards' examples are reordered so that their
-micro-batches hold about the same tokens (`balance_micro_batches`: on
-squad_longdoc `:cpu` at 4 micro-batches, the joint step's padding falls
+with accumulation, `best_jax train` feeds the cross-encoder's steps
+(padded or not) batches whose data shards' examples are reordered so that
+their micro-batches hold about the same tokens (`balance_micro_batches`:
+on squad_longdoc `:cpu` at 4 micro-batches, the joint step's padding falls
 from 20.8% to 13.2% of FLOPs); it changes the dropout draws, so the
-experiment records it (`experiment.checks.fingerprint`).
+experiment records it (`experiment.checks.balances_micro_batches`).
 `choose_budgets` picks, from the first batches of the schedule, one or two
 stream sizes T per unit (those that would have encoded them in the fewest
 tokens; two only when they take `MIN_SAVING` fewer tokens than the best
@@ -127,7 +127,8 @@ def balance_micro_batches(batch: dict[str, np.ndarray], *, steps: int,
   every data shard's examples reordered by `micro_batch_order`: with
   gradient accumulation each micro-batch's unit is then about the same
   size, so one stream size wastes less. The loss and gradients are sums
-  over the examples: only the rounding and the dropout draws change."""
+  over the examples (without in-batch negatives): only the rounding and the
+  dropout draws change."""
   order = micro_batch_order(batch["attention_mask"], steps, shards,
                             batch_size)
   return {name: value[order] for name, value in batch.items()}
@@ -197,11 +198,13 @@ def choose_budgets(batches: Iterable[list[Mapping[str, np.ndarray]]], *,
   balanced as the pipeline balances them, `balance_micro_batches`) in the
   fewest tokens, each batch in the smallest T its largest unit fits, one
   that fits none or whose rows do not fit the groups counted padded; ()
-  when that saves under 5% of the padded rows' tokens. A batch that does
-  not split into whole units (a short last one) is left out."""
-  needs, aboves, capacity, rows = [], [], 0, 0
+  when that saves under 5% of the padded rows' tokens. A batch shorter
+  than the first (the last; the pipeline pads it) is left out, and so are
+  all when they do not split into whole units."""
+  needs, aboves, capacity, rows, size = [], [], 0, 0, None
   for examples in batches:
-    if not examples or len(examples) % (steps * shards):
+    size = size or len(examples)
+    if len(examples) != size or size % (steps * shards):
       continue
     mask = np.stack([e["attention_mask"] for e in examples])
     if steps > 1:  # As the pipeline arranges them (`balance_micro_batches`).
