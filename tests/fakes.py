@@ -67,8 +67,12 @@ def synthetic_batch(index: int, *, batch_size: int, group_size: int,
 # files with one uninterrupted single-process run (`tiny_experiment` in
 # conftest) on TINY_DEVICES devices: 4, not the 8 of in-process tests, since
 # each device costs compile and run time in every one of these subprocesses
-# (a warm run: 30 s on 4 devices, 41 s on 8).
+# (a warm run: 30 s on 4 devices, 41 s on 8). Two micro-batches per step,
+# so that the balance of each data shard's examples over them
+# (`token_budget.balance_micro_batches`) is on the path those tests check:
+# the same run files after a kill, and on 2 processes × 2 devices.
 TINY_EXPERIMENT = ["train", "--config", "configs/tiny_cpu.py",
+                   "--config.train.accumulation_steps=2",
                    "--config.regimes=['firstp','maxp','best']",
                    "--config.best.max_iterations=2",
                    "--config.birch.enabled=False",
