@@ -14,7 +14,7 @@ from best_jax.errors import InputError
 from best_jax.experiment import aot
 from best_jax.models.bert_config import BertConfig
 from best_jax.models.ranker import CrossEncoderRanker
-from best_jax.train import chips
+from best_jax.train import chips, token_budget
 from fakes import tiny_config
 
 pytestmark = pytest.mark.skipif(
@@ -26,6 +26,7 @@ pytestmark = pytest.mark.skipif(
 def reports():
   config = tiny_config()
   config.regimes = ("firstp", "best", "qds")
+  config.train.attention_groups = 3  # The grouped attention runs compile.
   return {r.step: r for r in aot.compile_steps("v5e:2x2", config,
                                                BertConfig.tiny())}
 
@@ -39,6 +40,7 @@ def tiny_parameter_count() -> int:
 
 def test_every_step_of_the_run_is_compiled(reports):
   assert set(reports) == {"train_step", "joint_step", "score_step",
+                          "train_step_unpadded", "joint_step_unpadded",
                           "qds_train_step", "qds_score_step"}
   train, joint = reports["train_step"], reports["joint_step"]
   assert train.devices == 4 and train.hosts == 1
@@ -62,6 +64,41 @@ def test_every_step_of_the_run_is_compiled(reports):
   assert "joint_step" in joint.format() and "fits" in joint.format()
 
 
+def test_unpadded_steps_are_compiled_at_their_largest_budget(reports):
+  # `train.unpadded`: the steps a run takes, at the budget that holds every
+  # token of a unit's rows, every row attended (in the last group): about
+  # the padded step's work, the gathers and scatters in more temporaries.
+  for name in ("train_step", "joint_step"):
+    padded, unpadded = reports[name], reports[f"{name}_unpadded"]
+    assert unpadded.batch_shape == padded.batch_shape
+    assert 0.9 < unpadded.flops_per_device / padded.flops_per_device < 1.1
+    assert unpadded.temp_bytes > padded.temp_bytes
+    assert unpadded.fits
+
+
+def test_the_largest_budget_bounds_every_budget_a_run_chooses():
+  config = tiny_config()
+  config.train.attention_groups = 3
+  config.train.batch_size, config.train.accumulation_steps = 16, 2
+  steps, shards = 2, 2  # units of 16 / (2 x 2) = 4 examples
+  bound = aot.largest_budget(config, example_tokens=2 * 48, row_length=48,
+                             shards=shards)
+  assert bound.tokens == 4 * 2 * 48
+  assert bound.rows == (0,) * 7 + (8,)
+  rng = np.random.default_rng(0)
+  for full in (0.5, 0.9, 1.0):  # Most rows short ... every row full.
+    batches = []
+    for _ in range(16):
+      lengths = np.where(rng.random((16, 2)) < full, 48,
+                         rng.integers(1, 48, (16, 2)))
+      batches.append([{"attention_mask": np.arange(48) < n[:, None]}
+                      for n in lengths])
+    for budget in token_budget.choose_budgets(
+        batches, steps=steps, shards=shards, attention_groups=3):
+      assert budget.tokens <= bound.tokens
+      assert sum(budget.rows) <= sum(bound.rows)
+
+
 def test_does_not_fit_fails_clearly(reports):
   small = dataclasses.replace(reports["joint_step"], hbm_bytes=1024)
   assert not small.fits
@@ -76,6 +113,7 @@ def test_command_exits_1_naming_the_step(capsys):
   assert code == 1
   err = capsys.readouterr().err
   assert "v5e:2x2: train_step needs" in err
+  assert "v5e:2x2: train_step_unpadded needs" in err  # tiny_cpu: unpadded
   assert "v5e:2x2: score_step needs" in err
 
 

@@ -11,6 +11,11 @@ chips) and compiled by libtpu:
                GoldP, BeST iterations on selected segments)
   joint_step   BeST's iteration-1 step, `[batch, group, k_train, max_len]`
                (not with `best.theta0=pretrained`: no joint step)
+  train_step_unpadded, joint_step_unpadded   with `train.unpadded` (the
+               cross-encoder): the same steps encoding their rows unpadded
+               (`train.token_budget`) in the largest budget a run can choose,
+               a stream of every row's tokens with every row attended at full
+               length; a run chooses its budgets from its data, no larger
   score_step   segment scoring, `[eval.rows_per_call, max_len]` rows (a
                bi-encoder's `embed_step`: each segment embedded once, rows
                of `text_row_len`)
@@ -46,6 +51,7 @@ from best_jax.config import add_config_arguments, load_config
 from best_jax.data.files import atomic_write
 from best_jax.data.pipeline import EXAMPLE_MASK, Feature
 from best_jax.errors import InputError
+from best_jax.experiment import checks
 from best_jax.experiment.examples import model_features
 from best_jax.experiment.models import EVAL_CACHE_ROWS, trainer_config
 from best_jax.experiment.qds import qds_configs
@@ -60,6 +66,7 @@ from best_jax.select.selection import build_score_into
 from best_jax.train import best as best_lib
 from best_jax.train import chips as chips_lib
 from best_jax.train import sharding as sharding_lib
+from best_jax.train import token_budget
 from best_jax.train.trainer import Trainer, build_trainer
 
 # Pairs of the scoring buffer `[pairs, segments]` in the report. A
@@ -194,32 +201,55 @@ def _abstract(features: dict[str, Feature], rows: int,
   return specs
 
 
+def largest_budget(config: ml_collections.ConfigDict, example_tokens: int,
+                   row_length: int, shards: int) -> token_budget.TokenBudget:
+  """The largest budget `train.token_budget` can choose for examples of
+  `example_tokens` tokens in rows of `row_length`: every token of a unit's
+  rows in the stream, every row attended at full length (in the last
+  attention group when `train.attention_groups` > 1, as the run's grouped
+  attention)."""
+  t = config.train
+  per_unit = t.batch_size // (t.get("accumulation_steps", 1) * shards)
+  rows = per_unit * example_tokens // row_length
+  groups = ((0,) * (token_budget.ATTENTION_GROUPS - 1) + (rows,)
+            if t.get("attention_groups", 1) > 1 else ())
+  return token_budget.TokenBudget(per_unit * example_tokens, groups)
+
+
 def _steps(config: ml_collections.ConfigDict, trainer: Trainer, *,
            prefix: str, features, row_length: int, segments: int,
-           joint: bool, bi: bool = False):
+           joint: bool, bi: bool = False, unpadded: bool = False):
   """(name, jitted, abstract args, token shape) of one model's steps;
   `features(num_segments or None)` gives a training example's shapes;
   `segments`: the scoring buffer's columns (the joint step's are
-  `segments.k_train`)."""
+  `segments.k_train`); `unpadded`: also the training steps at their
+  `largest_budget`."""
   t = config.train
   replicated = jax.NamedSharding(trainer.mesh, jax.P())
   sharding = trainer.batch_sharding
+  shards = token_budget.data_shards(sharding)
 
   def tokens(spec):
     return (t.batch_size,) + spec["input_ids"].shape
-  example = features(None)
-  out = [(f"{prefix}train_step", trainer.train_step,
-          (trainer.abstract_state,
-           _abstract(example, t.batch_size, sharding)), tokens(example))]
+
+  def with_unpadded(name, step, state, example):
+    args = (state, _abstract(example, t.batch_size, sharding))
+    found = [(name, step, args, tokens(example))]
+    if unpadded:
+      budget = largest_budget(config, math.prod(example["input_ids"].shape),
+                              row_length, shards)
+      found.append((f"{name}_unpadded", step, args + (budget,),
+                    tokens(example)))
+    return found
+  out = with_unpadded(f"{prefix}train_step", trainer.train_step,
+                      trainer.abstract_state, features(None))
   if joint:
     step = best_lib.build_joint_step(
         trainer, t.loss, config.best.pairing,
         config.best.select_with_dropout, t.get("accumulation_steps", 1))
-    example = features(config.segments.k_train)
-    out.append(("joint_step", step,
-                ((trainer.abstract_state, trainer.abstract_state),
-                 _abstract(example, t.batch_size, sharding)),
-                tokens(example)))
+    out += with_unpadded("joint_step", step, (trainer.abstract_state,
+                                              trainer.abstract_state),
+                         features(config.segments.k_train))
   rows = config.eval.rows_per_call
   rows_spec = dict(row_features(row_length), segment=Feature((), jnp.int32),
                    **{"index" if bi else "pair": Feature((), jnp.int32)})
@@ -268,7 +298,8 @@ def compile_steps(topology_name: str, config: ml_collections.ConfigDict,
         segments=s.max_segments or s.k_train,
         joint=("best" in regimes
                and config.best.get("theta0", "joint") == "joint"),
-        bi=kind == "bi")
+        bi=kind == "bi",
+        unpadded=checks.encodes_unpadded(config))
   if "qds" in regimes:
     _, qds = qds_configs(config, start_id=1)  # Any id: shapes only
     qds_model = dataclasses.replace(model,

@@ -78,6 +78,14 @@ def balances_micro_batches(config: ml_collections.ConfigDict) -> bool:
           and config.ranker.kind == "cross")
 
 
+def encodes_unpadded(config: ml_collections.ConfigDict) -> bool:
+  """Whether the training steps encode their rows unpadded in budgets
+  (`train.unpadded`, `train.token_budget`): cross-encoder rows only (QDS
+  and the bi-encoder encode padded rows)."""
+  return (config.train.get("unpadded", False)
+          and config.ranker.kind == "cross")
+
+
 def fingerprint(config: ml_collections.ConfigDict, regime: str
                 ) -> dict[str, Any]:
   """The settings a model trained under `regime` depends on (with

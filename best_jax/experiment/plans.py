@@ -19,6 +19,7 @@ from typing import Any
 
 import ml_collections
 
+from best_jax.experiment import checks
 from best_jax.experiment.examples import (AllSegmentExamples, GroupExamples,
                                           SegmentExamples)
 from best_jax.experiment.inputs import Inputs, Pair
@@ -63,7 +64,7 @@ def _unpadded_budgets(config: ml_collections.ConfigDict, ranker: Ranker,
                       examples: GroupExamples):
   """With `train.unpadded` and cross-encoder rows: chooses the budgets from
   the schedule's first batches (`train.token_budget`)."""
-  if not config.train.get("unpadded", False) or config.ranker.kind != "cross":
+  if not checks.encodes_unpadded(config):
     return None
   t = config.train
   return lambda: token_budget.choose_budgets(
