@@ -26,7 +26,6 @@ pytestmark = pytest.mark.skipif(
 def reports():
   config = tiny_config()
   config.regimes = ("firstp", "best", "qds")
-  config.train.attention_groups = 3  # The grouped attention runs compile.
   return {r.step: r for r in aot.compile_steps("v5e:2x2", config,
                                                BertConfig.tiny())}
 
@@ -65,38 +64,42 @@ def test_every_step_of_the_run_is_compiled(reports):
 
 
 def test_unpadded_steps_are_compiled_at_their_largest_budget(reports):
-  # `train.unpadded`: the steps a run takes, at the budget that holds every
-  # token of a unit's rows, every row attended (in the last group): about
-  # the padded step's work, the gathers and scatters in more temporaries.
-  for name in ("train_step", "joint_step"):
+  # `train.unpadded`: the steps a run takes, at the budget that bounds its
+  # budgets: every token of a unit's rows (8 examples / 4 data shards).
+  for name, tokens in (("train_step", 2 * 2 * 48),
+                       ("joint_step", 2 * 2 * 4 * 48)):
     padded, unpadded = reports[name], reports[f"{name}_unpadded"]
+    assert (padded.stream_tokens, unpadded.stream_tokens) == (0, tokens)
     assert unpadded.batch_shape == padded.batch_shape
     assert 0.9 < unpadded.flops_per_device / padded.flops_per_device < 1.1
-    assert unpadded.temp_bytes > padded.temp_bytes
     assert unpadded.fits
+    assert f"a stream of {tokens:,} per data shard" in unpadded.format()
 
 
 def test_the_largest_budget_bounds_every_budget_a_run_chooses():
   config = tiny_config()
-  config.train.attention_groups = 3
-  config.train.batch_size, config.train.accumulation_steps = 16, 2
-  steps, shards = 2, 2  # units of 16 / (2 x 2) = 4 examples
-  bound = aot.largest_budget(config, example_tokens=2 * 48, row_length=48,
-                             shards=shards)
-  assert bound.tokens == 4 * 2 * 48
-  assert bound.rows == (0,) * 7 + (8,)
+  config.train.batch_size, config.train.accumulation_steps = 12, 2
+  steps, shards, length = 2, 2, 50  # units of 3 examples, 6 rows, 300 tokens
+  bound = aot.largest_budget(config, example_tokens=2 * length, shards=shards)
+  assert bound == token_budget.TokenBudget(300)
+  # The bound is a unit of full rows, as the run counts units.
+  full = np.ones((12, 2, length), bool)
+  assert token_budget.largest_unit(full, token_budget.unit_of_examples(
+      12, steps, shards)) == bound.tokens
   rng = np.random.default_rng(0)
-  for full in (0.5, 0.9, 1.0):  # Most rows short ... every row full.
+  for long in (0.2, 0.5, 0.7):  # The share of rows at full length.
     batches = []
     for _ in range(16):
-      lengths = np.where(rng.random((16, 2)) < full, 48,
-                         rng.integers(1, 48, (16, 2)))
-      batches.append([{"attention_mask": np.arange(48) < n[:, None]}
+      lengths = np.where(rng.random((12, 2)) < long, length,
+                         rng.integers(1, length // 2, (12, 2)))
+      batches.append([{"attention_mask": np.arange(length) < n[:, None]}
                       for n in lengths])
-    for budget in token_budget.choose_budgets(
-        batches, steps=steps, shards=shards, attention_groups=3):
+    budgets = token_budget.choose_budgets(batches, steps=steps,
+                                          shards=shards, attention_groups=3)
+    assert budgets
+    for budget in budgets:
       assert budget.tokens <= bound.tokens
-      assert sum(budget.rows) <= sum(bound.rows)
+      assert sum(budget.rows) <= 6
 
 
 def test_does_not_fit_fails_clearly(reports):

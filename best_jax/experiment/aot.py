@@ -13,9 +13,10 @@ chips) and compiled by libtpu:
                (not with `best.theta0=pretrained`: no joint step)
   train_step_unpadded, joint_step_unpadded   with `train.unpadded` (the
                cross-encoder): the same steps encoding their rows unpadded
-               (`train.token_budget`) in the largest budget a run can choose,
-               a stream of every row's tokens with every row attended at full
-               length; a run chooses its budgets from its data, no larger
+               (`train.token_budget`) in a bound on the budgets a run can
+               choose from its data (`largest_budget`: a stream of every
+               row's tokens, every row attended at full length), the largest
+               of the executables those steps compile to
   score_step   segment scoring, `[eval.rows_per_call, max_len]` rows (a
                bi-encoder's `embed_step`: each segment embedded once, rows
                of `text_row_len`)
@@ -99,6 +100,8 @@ class AotReport:
   temp_bytes: int
   code_bytes: int
   hbm_bytes: int
+  # Unpadded steps: the stream's tokens per data shard and micro-batch.
+  stream_tokens: int = 0
 
   @property
   def flops_per_step(self) -> float:
@@ -134,7 +137,10 @@ class AotReport:
         f"topology {self.topology}, {self.step}: {self.devices} x "
         f"{self.chip}, {self.hosts} host(s), mesh {self.mesh}",
         f"  tokens {' x '.join(map(str, self.batch_shape))} = "
-        f"{self.tokens_per_step:,} per step",
+        f"{self.tokens_per_step:,} per step" + (
+            f", unpadded: a stream of {self.stream_tokens:,} per data shard "
+            "and micro-batch, every row attended at full length (the "
+            "largest budget a run can choose)" if self.stream_tokens else ""),
         f"  FLOPs per step {self.flops_per_step:.4g} "
         f"({self.flops_per_device:.4g} per device; "
         f"{ideal_s * 1e3:.1f} ms at the chip's bf16 peak)",
@@ -202,24 +208,21 @@ def _abstract(features: dict[str, Feature], rows: int,
 
 
 def largest_budget(config: ml_collections.ConfigDict, example_tokens: int,
-                   row_length: int, shards: int) -> token_budget.TokenBudget:
-  """The largest budget `train.token_budget` can choose for examples of
-  `example_tokens` tokens in rows of `row_length`: every token of a unit's
-  rows in the stream, every row attended at full length (in the last
-  attention group when `train.attention_groups` > 1, as the run's grouped
-  attention)."""
+                   shards: int) -> token_budget.TokenBudget:
+  """A bound on every budget `train.token_budget` can choose for examples
+  of `example_tokens` tokens: a stream of every token of a unit's rows (a
+  data shard of one micro-batch), every row attended at full length (a
+  run's attention groups hold at most those rows, none longer)."""
   t = config.train
   per_unit = t.batch_size // (t.get("accumulation_steps", 1) * shards)
-  rows = per_unit * example_tokens // row_length
-  groups = ((0,) * (token_budget.ATTENTION_GROUPS - 1) + (rows,)
-            if t.get("attention_groups", 1) > 1 else ())
-  return token_budget.TokenBudget(per_unit * example_tokens, groups)
+  return token_budget.TokenBudget(per_unit * example_tokens)
 
 
 def _steps(config: ml_collections.ConfigDict, trainer: Trainer, *,
            prefix: str, features, row_length: int, segments: int,
            joint: bool, bi: bool = False, unpadded: bool = False):
-  """(name, jitted, abstract args, token shape) of one model's steps;
+  """(name, jitted, abstract args, token shape, stream tokens per unit or
+  0 when padded) of one model's steps;
   `features(num_segments or None)` gives a training example's shapes;
   `segments`: the scoring buffer's columns (the joint step's are
   `segments.k_train`); `unpadded`: also the training steps at their
@@ -234,12 +237,12 @@ def _steps(config: ml_collections.ConfigDict, trainer: Trainer, *,
 
   def with_unpadded(name, step, state, example):
     args = (state, _abstract(example, t.batch_size, sharding))
-    found = [(name, step, args, tokens(example))]
+    found = [(name, step, args, tokens(example), 0)]
     if unpadded:
       budget = largest_budget(config, math.prod(example["input_ids"].shape),
-                              row_length, shards)
+                              shards)
       found.append((f"{name}_unpadded", step, args + (budget,),
-                    tokens(example)))
+                    tokens(example), budget.tokens))
     return found
   out = with_unpadded(f"{prefix}train_step", trainer.train_step,
                       trainer.abstract_state, features(None))
@@ -265,7 +268,7 @@ def _steps(config: ml_collections.ConfigDict, trainer: Trainer, *,
                                   sharding=replicated)
   out.append((name, jitted, (trainer.abstract_params(), buffer,
                              _abstract(rows_spec, rows, sharding)),
-              (rows, row_length)))
+              (rows, row_length), 0))
   return out
 
 
@@ -317,7 +320,7 @@ def compile_steps(topology_name: str, config: ml_collections.ConfigDict,
             labels=Feature((config.train.group_size,), jnp.float32),
             mask=Feature((config.train.group_size,), bool)),
         row_length=qds_len, segments=1, joint=False)
-  for name, jitted, args, shape in steps:
+  for name, jitted, args, shape, stream in steps:
     with jax.set_mesh(mesh):
       try:
         compiled = jitted.lower(*args).compile()
@@ -344,7 +347,7 @@ def compile_steps(topology_name: str, config: ml_collections.ConfigDict,
         alias_bytes=int(memory.alias_size_in_bytes),
         temp_bytes=int(memory.temp_size_in_bytes),
         code_bytes=int(memory.generated_code_size_in_bytes),
-        hbm_bytes=hbm_bytes or chip.hbm_bytes)
+        hbm_bytes=hbm_bytes or chip.hbm_bytes, stream_tokens=stream)
 
 
 def _write_json(path: str | None, reports: list[AotReport],
