@@ -139,8 +139,8 @@ class AotReport:
         f"  tokens {' x '.join(map(str, self.batch_shape))} = "
         f"{self.tokens_per_step:,} per step" + (
             f", unpadded: a stream of {self.stream_tokens:,} per data shard "
-            "and micro-batch, every row attended at full length (the "
-            "largest budget a run can choose)" if self.stream_tokens else ""),
+            "and micro-batch, every row attended at full length (a bound "
+            "on the budgets a run chooses)" if self.stream_tokens else ""),
         f"  FLOPs per step {self.flops_per_step:.4g} "
         f"({self.flops_per_device:.4g} per device; "
         f"{ideal_s * 1e3:.1f} ms at the chip's bf16 peak)",
