@@ -14,7 +14,7 @@ from best_jax.errors import InputError
 from best_jax.experiment import aot
 from best_jax.models.bert_config import BertConfig
 from best_jax.models.ranker import CrossEncoderRanker
-from best_jax.train import chips, token_budget
+from best_jax.train import chips
 from fakes import tiny_config
 
 pytestmark = pytest.mark.skipif(
@@ -74,32 +74,6 @@ def test_unpadded_steps_are_compiled_at_their_largest_budget(reports):
     assert 0.9 < unpadded.flops_per_device / padded.flops_per_device < 1.1
     assert unpadded.fits
     assert f"a stream of {tokens:,} per data shard" in unpadded.format()
-
-
-def test_the_largest_budget_bounds_every_budget_a_run_chooses():
-  config = tiny_config()
-  config.train.batch_size, config.train.accumulation_steps = 12, 2
-  steps, shards, length = 2, 2, 50  # units of 3 examples, 6 rows, 300 tokens
-  bound = aot.largest_budget(config, example_tokens=2 * length, shards=shards)
-  assert bound == token_budget.TokenBudget(300)
-  # The bound is a unit of full rows, as the run counts units.
-  full = np.ones((12, 2, length), bool)
-  assert token_budget.largest_unit(full, token_budget.unit_of_examples(
-      12, steps, shards)) == bound.tokens
-  rng = np.random.default_rng(0)
-  for long in (0.2, 0.5, 0.7):  # The share of rows at full length.
-    batches = []
-    for _ in range(16):
-      lengths = np.where(rng.random((12, 2)) < long, length,
-                         rng.integers(1, length // 2, (12, 2)))
-      batches.append([{"attention_mask": np.arange(length) < n[:, None]}
-                      for n in lengths])
-    budgets = token_budget.choose_budgets(batches, steps=steps,
-                                          shards=shards, attention_groups=3)
-    assert budgets
-    for budget in budgets:
-      assert budget.tokens <= bound.tokens
-      assert sum(budget.rows) <= 6
 
 
 def test_does_not_fit_fails_clearly(reports):

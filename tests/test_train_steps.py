@@ -640,3 +640,29 @@ def test_two_budgets_can_pass_where_neither_alone_saves_enough():
   assert _chosen(batches, steps=1, shards=1) == (2048, 3904)
   with mock.patch.object(token_budget, "MAX_BUDGETS", 1):
     assert _chosen(batches, steps=1, shards=1) is None
+
+
+def test_the_largest_budget_bounds_every_budget_a_run_chooses():
+  # `best_jax aot` compiles the unpadded steps at `largest_budget`.
+  steps, shards, length = 2, 2, 50  # units of 3 examples, 6 rows, 300 tokens
+  bound = token_budget.largest_budget(2 * length, 12, steps=steps,
+                                      shards=shards)
+  assert bound == TokenBudget(300)
+  # The bound is a unit of full rows, as the run counts units.
+  full = np.ones((12, 2, length), bool)
+  assert token_budget.largest_unit(full, token_budget.unit_of_examples(
+      12, steps, shards)) == bound.tokens
+  rng = np.random.default_rng(0)
+  for long in (0.2, 0.5, 0.7):  # The share of rows at full length.
+    batches = []
+    for _ in range(16):
+      lengths = np.where(rng.random((12, 2)) < long, length,
+                         rng.integers(1, length // 2, (12, 2)))
+      batches.append([{"attention_mask": np.arange(length) < n[:, None]}
+                      for n in lengths])
+    budgets = token_budget.choose_budgets(batches, steps=steps,
+                                          shards=shards, attention_groups=3)
+    assert budgets  # 300 is not a multiple of 64: sizes round up past it.
+    for budget in budgets:
+      assert budget.tokens <= bound.tokens
+      assert sum(budget.rows) <= 6

@@ -13,10 +13,10 @@ chips) and compiled by libtpu:
                (not with `best.theta0=pretrained`: no joint step)
   train_step_unpadded, joint_step_unpadded   with `train.unpadded` (the
                cross-encoder): the same steps encoding their rows unpadded
-               (`train.token_budget`) in a bound on the budgets a run can
-               choose from its data (`largest_budget`: a stream of every
-               row's tokens, every row attended at full length), the largest
-               of the executables those steps compile to
+               (`train.token_budget`) in a bound on the budgets a run
+               chooses from its data (`token_budget.largest_budget`: a
+               stream of every row's tokens, every row attended at full
+               length), the largest of the executables those steps compile to
   score_step   segment scoring, `[eval.rows_per_call, max_len]` rows (a
                bi-encoder's `embed_step`: each segment embedded once, rows
                of `text_row_len`)
@@ -207,17 +207,6 @@ def _abstract(features: dict[str, Feature], rows: int,
   return specs
 
 
-def largest_budget(config: ml_collections.ConfigDict, example_tokens: int,
-                   shards: int) -> token_budget.TokenBudget:
-  """A bound on every budget `train.token_budget` can choose for examples
-  of `example_tokens` tokens: a stream of every token of a unit's rows (a
-  data shard of one micro-batch), every row attended at full length (a
-  run's attention groups hold at most those rows, none longer)."""
-  t = config.train
-  per_unit = t.batch_size // (t.get("accumulation_steps", 1) * shards)
-  return token_budget.TokenBudget(per_unit * example_tokens)
-
-
 def _steps(config: ml_collections.ConfigDict, trainer: Trainer, *,
            prefix: str, features, row_length: int, segments: int,
            joint: bool, bi: bool = False, unpadded: bool = False):
@@ -225,8 +214,8 @@ def _steps(config: ml_collections.ConfigDict, trainer: Trainer, *,
   0 when padded) of one model's steps;
   `features(num_segments or None)` gives a training example's shapes;
   `segments`: the scoring buffer's columns (the joint step's are
-  `segments.k_train`); `unpadded`: also the training steps at their
-  `largest_budget`."""
+  `segments.k_train`); `unpadded`: also the training steps at
+  `token_budget.largest_budget`."""
   t = config.train
   replicated = jax.NamedSharding(trainer.mesh, jax.P())
   sharding = trainer.batch_sharding
@@ -239,8 +228,9 @@ def _steps(config: ml_collections.ConfigDict, trainer: Trainer, *,
     args = (state, _abstract(example, t.batch_size, sharding))
     found = [(name, step, args, tokens(example), 0)]
     if unpadded:
-      budget = largest_budget(config, math.prod(example["input_ids"].shape),
-                              shards)
+      budget = token_budget.largest_budget(
+          math.prod(example["input_ids"].shape), t.batch_size,
+          steps=t.get("accumulation_steps", 1), shards=shards)
       found.append((f"{name}_unpadded", step, args + (budget,),
                     tokens(example), budget.tokens))
     return found

@@ -188,6 +188,15 @@ def fits_rows(above: np.ndarray, rows: Sequence[int]) -> bool:
   return bool(np.all(np.asarray(above) <= np.cumsum(rows[::-1])[::-1]))
 
 
+def largest_budget(example_tokens: int, batch_size: int, *, steps: int,
+                   shards: int) -> TokenBudget:
+  """A unit of full rows, for batches of `batch_size` examples of
+  `example_tokens` tokens each: every budget `choose_budgets` chooses is at
+  most this large (its rows in groups no longer than every row at full
+  length); `best_jax aot` compiles it as the bound."""
+  return TokenBudget(example_tokens * (batch_size // (steps * shards)))
+
+
 def choose_budgets(batches: Iterable[list[Mapping[str, np.ndarray]]], *,
                    steps: int, shards: int,
                    attention_groups: int = 1) -> tuple[TokenBudget, ...]:
@@ -212,8 +221,9 @@ def choose_budgets(batches: Iterable[list[Mapping[str, np.ndarray]]], *,
     units = unit_of_examples(len(examples), steps, shards)
     needs.append(largest_unit(mask, units))
     aboves.append(rows_above(mask, units))
-    capacity = int(np.size(examples[0]["attention_mask"])) * (
-        len(examples) // (steps * shards))
+    capacity = largest_budget(int(np.size(examples[0]["attention_mask"])),
+                              len(examples), steps=steps,
+                              shards=shards).tokens
     rows = capacity // mask.shape[-1]
   if not needs:
     return ()
