@@ -7,8 +7,9 @@
 #
 # The venv ($BEST_JAX_VENV, default /tmp/best_jax_accelerator_venv) sees the packages of the Python
 # that creates it ($PYTHON, default python3), so a host whose python3 already
-# has JAX with CUDA and PyTorch needs no download. Without network, wheels in
-# .whl/ at the repository root are used (launch/README.md: the offline host).
+# has JAX with CUDA and PyTorch needs no download. When .whl/ exists at the
+# repository root, the host is taken to be offline: only the packages the check
+# needs are installed, from those wheels alone (launch/README.md).
 set -uo pipefail
 
 if [[ $# -lt 1 || "$1" == -* ]]; then
@@ -27,7 +28,12 @@ PY=${PYTHON:-python3}
 VENV=${BEST_JAX_VENV:-${TMPDIR:-/tmp}/best_jax_accelerator_venv}
 if [[ ! -x "$VENV/bin/python" ]]; then
   log "creating $VENV from $PY"
-  "$PY" -m venv "$VENV" || { log "cannot create a venv with $PY"; exit 2; }
+  # The creating interpreter's pip serves the venv when it has one, so no
+  # ensurepip is needed (system Pythons often lack it).
+  without_pip=()
+  "$PY" -m pip --version > /dev/null 2>&1 && without_pip=(--without-pip)
+  "$PY" -m venv "${without_pip[@]}" "$VENV" \
+    || { log "cannot create a venv with $PY"; rm -rf "$VENV"; exit 2; }
   # The creating interpreter's packages stay visible (also when $PY is itself
   # a venv's python, which --system-site-packages would skip).
   parent=$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
@@ -36,14 +42,23 @@ if [[ ! -x "$VENV/bin/python" ]]; then
 fi
 PIP=("$VENV/bin/python" -m pip install --disable-pip-version-check -q
      --retries 1 --timeout 15)
-[[ -d "$ROOT/.whl" ]] && PIP+=(--find-links "$ROOT/.whl")
-REQUIREMENTS=(-r "$ROOT/requirements.txt" -r "$ROOT/requirements-dev.txt")
-[[ $DRY == 0 ]] && REQUIREMENTS+=(-r "$ROOT/requirements-gpu.txt")
-log "installing requirements (pip log: $OUT/pip.log)"
-if ! timeout 240 "${PIP[@]}" "${REQUIREMENTS[@]}" > "$OUT/pip.log" 2>&1; then
-  log "the full install failed (offline host?); installing what the check needs"
-  timeout 120 "${PIP[@]}" -r "$ROOT/bench/requirements-accelerator.txt" \
-    >> "$OUT/pip.log" 2>&1 || log "that failed too; see $OUT/pip.log"
+if [[ -d "$ROOT/.whl" ]]; then
+  # An offline host: nothing is fetched, so no time is lost waiting on an index.
+  log "installing what the check needs from $ROOT/.whl only (pip log: $OUT/pip.log)"
+  timeout 120 "${PIP[@]}" --no-index --find-links "$ROOT/.whl" \
+    -r "$ROOT/bench/requirements-accelerator.txt" > "$OUT/pip.log" 2>&1 \
+    || { log "that failed (see $OUT/pip.log); installing the wheels as they are"
+         timeout 120 "${PIP[@]}" --no-index --no-deps "$ROOT"/.whl/*.whl \
+           >> "$OUT/pip.log" 2>&1; }
+else
+  REQUIREMENTS=(-r "$ROOT/requirements.txt" -r "$ROOT/requirements-dev.txt")
+  [[ $DRY == 0 ]] && REQUIREMENTS+=(-r "$ROOT/requirements-gpu.txt")
+  log "installing requirements (pip log: $OUT/pip.log)"
+  if ! timeout 240 "${PIP[@]}" "${REQUIREMENTS[@]}" > "$OUT/pip.log" 2>&1; then
+    log "the full install failed; installing what the check needs"
+    timeout 120 "${PIP[@]}" -r "$ROOT/bench/requirements-accelerator.txt" \
+      >> "$OUT/pip.log" 2>&1 || log "that failed too; see $OUT/pip.log"
+  fi
 fi
 missing=$("$VENV/bin/python" - <<'EOF'
 import importlib.util
@@ -60,7 +75,11 @@ fi
 
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1
-# JAX and PyTorch share the GPU: JAX takes at most half of its memory.
+# Several processes share the GPU (the check itself, its stages, and PyTorch
+# beside JAX in the benchmark): JAX allocates as it goes, no more than half of
+# the memory per process. With JAX's default preallocation the check's own
+# process held half of an H200 and the stages beside it ran out of memory.
+export XLA_PYTHON_CLIENT_PREALLOCATE=${XLA_PYTHON_CLIENT_PREALLOCATE:-false}
 export XLA_PYTHON_CLIENT_MEM_FRACTION=${XLA_PYTHON_CLIENT_MEM_FRACTION:-0.5}
 ARGS=(--out "$OUT")
 if [[ $DRY == 1 ]]; then
