@@ -51,7 +51,9 @@ if [[ -d "$ROOT/.whl" ]]; then
          timeout 120 "${PIP[@]}" --no-index --no-deps "$ROOT"/.whl/*.whl \
            >> "$OUT/pip.log" 2>&1; }
 else
-  REQUIREMENTS=(-r "$ROOT/requirements.txt" -r "$ROOT/requirements-dev.txt")
+  # bench/requirements-accelerator.txt adds PyTorch, the reference.
+  REQUIREMENTS=(-r "$ROOT/requirements.txt" -r "$ROOT/requirements-dev.txt"
+                -r "$ROOT/bench/requirements-accelerator.txt")
   [[ $DRY == 0 ]] && REQUIREMENTS+=(-r "$ROOT/requirements-gpu.txt")
   log "installing requirements (pip log: $OUT/pip.log)"
   if ! timeout 240 "${PIP[@]}" "${REQUIREMENTS[@]}" > "$OUT/pip.log" 2>&1; then
