@@ -3,7 +3,8 @@
 #   bench/accelerator.sh OUTDIR             # venv, GPU install, parity, benchmarks
 #   bench/accelerator.sh OUTDIR --dry-run   # the same path on the CPU, small shapes
 # writes OUTDIR/{environment,parity,score_vs_torch,summary}.json and the logs,
-# in under 8 minutes (bench/accelerator.py gives each stage a time limit).
+# in under 8 minutes: the install has time limits, and the stages share what
+# it leaves (bench/accelerator.py --seconds).
 #
 # The venv ($BEST_JAX_VENV, default /tmp/best_jax_accelerator_venv) sees the packages of the Python
 # that creates it ($PYTHON, default python3), so a host whose python3 already
@@ -26,29 +27,39 @@ log() { echo "[accelerator.sh $(( $(date +%s) - START )) s] $*"; }
 
 PY=${PYTHON:-python3}
 VENV=${BEST_JAX_VENV:-${TMPDIR:-/tmp}/best_jax_accelerator_venv}
-if [[ ! -x "$VENV/bin/python" ]]; then
-  log "creating $VENV from $PY"
-  # The creating interpreter's pip serves the venv when it has one, so no
-  # ensurepip is needed (system Pythons often lack it).
-  without_pip=()
-  "$PY" -m pip --version > /dev/null 2>&1 && without_pip=(--without-pip)
-  "$PY" -m venv "${without_pip[@]}" "$VENV" \
-    || { log "cannot create a venv with $PY"; rm -rf "$VENV"; exit 2; }
-  # The creating interpreter's packages stay visible (also when $PY is itself
-  # a venv's python, which --system-site-packages would skip).
+# A venv with a working pip that also sees the creating interpreter's
+# packages (also when $PY is itself a venv's python, which
+# --system-site-packages would skip). Without ensurepip, the parent's pip.
+make_venv() {
+  "$PY" -m venv "$VENV" > /dev/null 2>&1 \
+    || "$PY" -m venv --without-pip "$VENV" || return 1
+  local parent site
   parent=$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
   site=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
   echo "$parent" > "$site/_best_jax_parent.pth"
+  "$VENV/bin/python" -m pip --version > /dev/null 2>&1
+}
+if ! "$VENV/bin/python" -m pip --version > /dev/null 2>&1; then
+  if [[ -e "$VENV" ]]; then
+    log "$VENV exists but has no working pip: remove it, or set BEST_JAX_VENV"
+    exit 2
+  fi
+  log "creating $VENV from $PY"
+  if ! make_venv; then
+    log "cannot create a venv with a working pip from $PY"
+    rm -rf "$VENV"  # Made by this run.
+    exit 2
+  fi
 fi
-PIP=("$VENV/bin/python" -m pip install --disable-pip-version-check -q
+PIP=("$VENV/bin/python" -m pip install --disable-pip-version-check
      --retries 1 --timeout 15)
 if [[ -d "$ROOT/.whl" ]]; then
   # An offline host: nothing is fetched, so no time is lost waiting on an index.
   log "installing what the check needs from $ROOT/.whl only (pip log: $OUT/pip.log)"
-  timeout 120 "${PIP[@]}" --no-index --find-links "$ROOT/.whl" \
+  timeout 60 "${PIP[@]}" --no-index --find-links "$ROOT/.whl" \
     -r "$ROOT/bench/requirements-accelerator.txt" > "$OUT/pip.log" 2>&1 \
     || { log "that failed (see $OUT/pip.log); installing the wheels as they are"
-         timeout 120 "${PIP[@]}" --no-index --no-deps "$ROOT"/.whl/*.whl \
+         timeout 60 "${PIP[@]}" --no-index --no-deps "$ROOT"/.whl/*.whl \
            >> "$OUT/pip.log" 2>&1; }
 else
   # bench/requirements-accelerator.txt adds PyTorch, the reference.
@@ -56,9 +67,9 @@ else
                 -r "$ROOT/bench/requirements-accelerator.txt")
   [[ $DRY == 0 ]] && REQUIREMENTS+=(-r "$ROOT/requirements-gpu.txt")
   log "installing requirements (pip log: $OUT/pip.log)"
-  if ! timeout 240 "${PIP[@]}" "${REQUIREMENTS[@]}" > "$OUT/pip.log" 2>&1; then
+  if ! timeout 180 "${PIP[@]}" "${REQUIREMENTS[@]}" > "$OUT/pip.log" 2>&1; then
     log "the full install failed; installing what the check needs"
-    timeout 120 "${PIP[@]}" -r "$ROOT/bench/requirements-accelerator.txt" \
+    timeout 60 "${PIP[@]}" -r "$ROOT/bench/requirements-accelerator.txt" \
       >> "$OUT/pip.log" 2>&1 || log "that failed too; see $OUT/pip.log"
   fi
 fi
@@ -83,7 +94,8 @@ export PYTHONUNBUFFERED=1
 # process held half of an H200 and the stages beside it ran out of memory.
 export XLA_PYTHON_CLIENT_PREALLOCATE=${XLA_PYTHON_CLIENT_PREALLOCATE:-false}
 export XLA_PYTHON_CLIENT_MEM_FRACTION=${XLA_PYTHON_CLIENT_MEM_FRACTION:-0.5}
-ARGS=(--out "$OUT")
+# The whole check within 8 minutes: the stages get what the install left.
+ARGS=(--out "$OUT" --seconds $(( 480 - ($(date +%s) - START) )))
 if [[ $DRY == 1 ]]; then
   export JAX_PLATFORMS=cpu
   ARGS+=(--dry-run)

@@ -9,7 +9,8 @@ float32 parameters and AdamW state) trains on random `[batch, group, 512]`
 token groups through the real `trainer.build_trainer` train step, data
 parallel over every local device. FLOPs per step are the whole step's
 (`score_vs_torch.program_flops`: XLA's cost analysis of the traced program,
-which on a GPU also counts the matrix products); the step time
+which on a GPU also counts the matrix products; the analytic count below
+where it is unavailable); the step time
 is the median over `--repeats` runs of `--steps` steps after a warm-up. MFU =
 achieved FLOP/s ÷ (device count × the chip's bf16 peak: H200 790 TFLOP/s
 measured, TPU v4 275, v5e 197, v5p 459). On a CPU the peak is an estimate,
@@ -142,6 +143,9 @@ def main(argv=None) -> int:
   info = machine.describe()
   peak, peak_source = peak_flops(info["device_kind"], info["cpu"],
                                  args.cpu_flops_per_cycle)
+  flops_source = "program"
+  if flops_per_step is None:  # No cost analysis: the analytic count.
+    flops_per_step, flops_source = analytic, "analytic"
   achieved = flops_per_step / step_s
   mfu = None if peak is None else achieved / (peak * devices)
   result = {
@@ -152,7 +156,7 @@ def main(argv=None) -> int:
       "tokens_per_step": tokens, "devices": devices,
       "compile_s": compile_s, "step_s_median": step_s,
       "step_s_all": step_times, "tokens_per_s": tokens / step_s,
-      "flops_per_step_program": flops_per_step,
+      "flops_per_step": flops_per_step, "flops_source": flops_source,
       "flops_per_step_analytic": analytic,
       "flop_per_s": achieved, "peak_flop_per_s_per_device": peak,
       "peak_source": peak_source, "mfu": mfu,
@@ -169,7 +173,7 @@ def main(argv=None) -> int:
   print(f"step time     {step_s:.3f} s median "
         f"({', '.join(f'{t:.3f}' for t in step_times)})")
   print(f"tokens/s      {tokens / step_s:,.1f}")
-  print(f"FLOPs/step    {flops_per_step:.4g} program "
+  print(f"FLOPs/step    {flops_per_step:.4g} {flops_source} "
         f"({analytic:.4g} analytic, ratio "
         f"{flops_per_step / analytic:.2f})")
   print(f"FLOP/s        {achieved:.4g}")

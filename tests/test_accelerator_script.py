@@ -34,20 +34,21 @@ def test_live_parity_stage_compares_with_pytorch(tmp_path):
   assert written["model"] == "random BERT-small"
 
 
-def test_program_flops_count_the_whole_program_over_a_mesh():
+def test_program_flops_count_the_whole_program_over_a_mesh(monkeypatch):
   """MFU divides by devices × peak, so the count is the global program's,
-  matrix products included (XLA:GPU's compiled module hides them in library
-  calls; a compiled module over a mesh counts one device's share)."""
+  matrix products included, on any backend: XLA:GPU's compiled module hides
+  them in library calls, a compiled module over a mesh counts one device's
+  share, and `Lowered.cost_analysis()` is unavailable behind the PJRT C API
+  (the CUDA and TPU plugins), which is made to hold here."""
   import jax  # pylint: disable=import-outside-toplevel
   import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
+  from jax._src import xla_bridge  # pylint: disable=import-outside-toplevel
   from score_vs_torch import program_flops  # pylint: disable=import-outside-toplevel
+  monkeypatch.setattr(xla_bridge, "using_pjrt_c_api", lambda *_: True)
   mesh = jax.make_mesh((8,), ("data",))
   rows = jax.NamedSharding(mesh, jax.P("data", None))
   a = jax.device_put(jnp.ones((512, 256), jnp.float32), rows)
   b = jnp.ones((256, 128), jnp.float32)
   product = jax.jit(lambda a, b: a @ b, out_shardings=rows)
-  matmul = 2 * 512 * 256 * 128
-  assert program_flops(product, a, b) == pytest.approx(matmul, rel=0.01)
-  per_device = product.lower(a, b).compile().cost_analysis()
-  per_device = per_device[0] if isinstance(per_device, list) else per_device
-  assert per_device["flops"] == pytest.approx(matmul / 8, rel=0.01)
+  assert program_flops(product, a, b) == pytest.approx(2 * 512 * 256 * 128,
+                                                       rel=0.01)
