@@ -11,7 +11,11 @@
    weights, bf16, L = 512: scoring (batch 64) and the product train step (32
    pairs, `configs/squad_longdoc.py`'s optimizer and loss) against PyTorch on
    the same GPU, with the program's FLOPs and MFU → OUTDIR/score_vs_torch.json.
-4. parity tests: pytest on the encoder's reference tests (float32, highest
+4. joint step: `bench/mfu.py --step joint`, BeST's iteration-1 step (two
+   BERT-base models, 8 examples × 2 documents × `segments.k_train` = 4
+   segments of 512 tokens, bf16), its step time and MFU (no PyTorch
+   counterpart) → OUTDIR/joint_step.json.
+5. parity tests: pytest on the encoder's reference tests (float32, highest
    matmul precision; the MiniLM golden test skips where its package is absent),
    last, since the figures matter most when a lease is short.
 
@@ -40,7 +44,7 @@ sys.path.insert(0, ROOT)
 # Seconds each stage may take at most; `--seconds` bounds them together
 # (accelerator.sh gives what is left of its 8 minutes after the install).
 # On an H200: benchmarks 103 s, parity tests 97 s on 4 workers.
-LIMITS = {"benchmarks": 240, "parity_tests": 150}
+LIMITS = {"benchmarks": 240, "joint_step": 150, "parity_tests": 150}
 PARITY_TESTS = ["tests/test_weights.py", "tests/test_bert.py",
                 "tests/test_attention.py"]
 DRY_PARITY_TESTS = ["tests/test_bert.py::test_encoder_matches_numpy_reference"]
@@ -180,6 +184,7 @@ def main(argv=None) -> int:
     except Exception as e:  # Reported, and the benchmarks still run.  pylint: disable=broad-except
       stages["live_parity"] = {"error": repr(e)}
     stages["live_parity"]["seconds"] = round(time.time() - start, 1)
+    config = os.path.join(ROOT, "configs", "squad_longdoc.py")
     bench = os.path.join(out, "score_vs_torch.json")
     shape = (["--random-bert", "small", "--lengths", "64", "--batch", "4",
               "--pairs", "2", "--train-length", "64", "--repeats", "2"]
@@ -189,8 +194,7 @@ def main(argv=None) -> int:
               "--torch-device", "cuda"])
     stages["benchmarks"] = run_stage(
         "benchmarks", [sys.executable, os.path.join(HERE, "score_vs_torch.py"),
-                       "--config", os.path.join(ROOT, "configs",
-                                                "squad_longdoc.py"),
+                       "--config", config,
                        "--dtype", "bfloat16", *shape, "--json", bench],
         out, limit("benchmarks"))
     if os.path.exists(bench):
@@ -200,6 +204,22 @@ def main(argv=None) -> int:
         summary["figures"] = {"error": f"unreadable {bench}: {e!r}"}
       if "error" in summary["figures"]:
         stages["benchmarks"]["error"] = summary["figures"]["error"]
+    joint = os.path.join(out, "joint_step.json")
+    stages["joint_step"] = run_stage(
+        "joint_step", [sys.executable, os.path.join(HERE, "mfu.py"),
+                       "--step", "joint", "--config", config,
+                       *(["--model", "tiny", "--length", "64", "--batch", "2",
+                          "--repeats", "2"] if args.dry_run else
+                         ["--model", "base", "--length", "512", "--batch",
+                          "8"]),
+                       "--json", joint],
+        out, limit("joint_step"))
+    if os.path.exists(joint):
+      with open(joint, encoding="utf-8") as f:
+        found = json.load(f)
+      summary.setdefault("figures", {})["joint_step"] = {
+          k: found[k] for k in ("step_s_median", "tokens_per_s",
+                                "flops_per_step", "flops_source", "mfu")}
     write(out, "summary.json", summary)  # The figures, before the last stage.
     tests = DRY_PARITY_TESTS if args.dry_run else PARITY_TESTS
     # Compiling is most of the tests' time; workers compile side by side.

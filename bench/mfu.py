@@ -42,9 +42,22 @@ def analytic_train_flops(bert_config, non_embedding_params: int,
   return float(tokens) * (6 * non_embedding_params + attention)
 
 
+def analytic_joint_flops(train_flops, segment_tokens: float,
+                         selected_tokens: float) -> float:
+  """BeST's joint step: θ⁽⁰⁾ trains on every segment, a dropout-free
+  forward pass (a third of training) scores them, θ⁽¹⁾ trains on the chosen
+  one per document; `train_flops(tokens)` counts training."""
+  return (train_flops(segment_tokens) * 4 / 3
+          + train_flops(selected_tokens))
+
+
 def random_batch(rng: np.random.Generator, batch: int, group: int,
-                 length: int, vocab: int) -> dict[str, np.ndarray]:
-  shape = (batch, group, length)
+                 length: int, vocab: int, segments: int | None = None
+                 ) -> dict[str, np.ndarray]:
+  """Full-length rows `[batch, group, (segments,) length]`, the first
+  document of each group the positive."""
+  lead = (batch, group) if segments is None else (batch, group, segments)
+  shape = lead + (length,)
   input_ids = rng.integers(min(1000, vocab // 2), vocab, shape).astype(np.int32)
   input_ids[..., 0] = min(101, vocab - 1)  # [CLS]
   return {
@@ -53,7 +66,7 @@ def random_batch(rng: np.random.Generator, batch: int, group: int,
       "token_type_ids": (np.arange(length) >= 32).astype(np.int32)
                         * np.ones(shape, np.int32),
       "labels": np.tile(np.eye(1, group, dtype=np.float32), (batch, 1)),
-      "mask": np.ones((batch, group), bool),
+      "mask": np.ones(lead, bool),
       "example_mask": np.ones(batch, bool),
   }
 
@@ -78,6 +91,9 @@ def main(argv=None) -> int:
                       help="global batch in groups (1 on a CPU; e.g. 64 on "
                       "an H200)")
   parser.add_argument("--group", type=int, default=2)
+  parser.add_argument("--step", choices=("train", "joint"), default="train",
+                      help="the train step, or BeST's joint step (two models, "
+                      "the config's segments.k_train segments per document)")
   parser.add_argument("--length", type=int, default=512)
   parser.add_argument("--dtype", default="bfloat16")
   parser.add_argument("--param-dtype", default="float32")
@@ -97,38 +113,52 @@ def main(argv=None) -> int:
   from best_jax.data.files import atomic_write  # pylint: disable=g-import-not-at-top
   from best_jax.models.ranker import CrossEncoderRanker  # pylint: disable=g-import-not-at-top
   from best_jax.config import load_config  # pylint: disable=g-import-not-at-top
-  from best_jax.experiment.aot import bert_config as model_config  # pylint: disable=g-import-not-at-top
+  from best_jax.models.pretrained import bert_config  # pylint: disable=g-import-not-at-top
+  from best_jax.train import best as best_lib  # pylint: disable=g-import-not-at-top
   from best_jax.train.trainer import build_trainer  # pylint: disable=g-import-not-at-top
 
   config = load_config(args.config)
-  bert_config = model_config(args.model, config, args.dtype, args.param_dtype)
+  model = bert_config(args.model, config.ranker, args.dtype, args.param_dtype)
   trainer = build_trainer(
-      lambda rngs: CrossEncoderRanker(bert_config, rngs=rngs), config)
+      lambda rngs: CrossEncoderRanker(model, rngs=rngs), config)
   devices = trainer.mesh.size
   if args.batch % trainer.batch_multiple:
     parser.error(f"--batch must be a multiple of {trainer.batch_multiple}")
+  joint = args.step == "joint"
+  segments = config.segments.k_train if joint else None
   host_batch = random_batch(np.random.default_rng(0), args.batch, args.group,
-                            args.length, bert_config.vocab_size)
+                            args.length, model.vocab_size, segments)
   batch = trainer.put(host_batch)
-  tokens = args.batch * args.group * args.length
+  tokens = args.batch * args.group * (segments or 1) * args.length
+  if joint:
+    step = best_lib.build_joint_step(
+        trainer, config.train.loss, config.best.pairing,
+        config.best.select_with_dropout,
+        config.train.get("accumulation_steps", 1))
+    abstract = (trainer.abstract_state, trainer.abstract_state)
+  else:
+    step, abstract = trainer.train_step, trainer.abstract_state
 
   start = time.perf_counter()
   with jax.set_mesh(trainer.mesh):
-    compiled = trainer.train_step.lower(trainer.abstract_state,
-                                        batch).compile()
+    compiled = step.lower(abstract, batch).compile()
     compile_s = time.perf_counter() - start
-    flops_per_step = program_flops(trainer.train_step,
-                                   trainer.abstract_state, batch)
+    flops_per_step = program_flops(step, abstract, batch)
 
   params = trainer.abstract_state.params
   embedding = sum(int(np.prod(x.shape)) for path, x in
                   jax.tree.leaves_with_path(params)
                   if "embeddings" in jax.tree_util.keystr(path))
   total = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(params))
-  analytic = analytic_train_flops(bert_config, total - embedding, tokens,
-                                  args.length)
 
-  state = trainer.init(0)
+  def train_flops(n: float) -> float:
+    return analytic_train_flops(model, total - embedding, n,
+                                args.length)
+  analytic = (analytic_joint_flops(train_flops, tokens,
+                                   args.batch * args.group * args.length)
+              if joint else train_flops(tokens))
+
+  state = (trainer.init(0), trainer.init(1)) if joint else trainer.init(0)
   state, metrics = compiled(state, batch)  # warm-up
   jax.block_until_ready(metrics)
   step_times = []
@@ -149,6 +179,7 @@ def main(argv=None) -> int:
   achieved = flops_per_step / step_s
   mfu = None if peak is None else achieved / (peak * devices)
   result = {
+      "step": args.step, "segments": segments,
       "model": args.model, "parameters": total,
       "non_embedding_parameters": total - embedding,
       "dtype": args.dtype, "param_dtype": args.param_dtype,
@@ -168,7 +199,8 @@ def main(argv=None) -> int:
         f"{info['cpu']['model']}")
   print(f"model         {args.model}: {total / 1e6:.1f}M parameters, "
         f"{args.dtype} activations, {args.param_dtype} parameters")
-  print(f"step          batch {args.batch} x {args.group} x {args.length} = "
+  print(f"step          {args.step}: batch {args.batch} x {args.group} x "
+        f"{f'{segments} x ' if joint else ''}{args.length} = "
         f"{tokens} tokens; compile {compile_s:.1f} s")
   print(f"step time     {step_s:.3f} s median "
         f"({', '.join(f'{t:.3f}' for t in step_times)})")

@@ -164,22 +164,6 @@ def check_fits(report: AotReport) -> None:
         f" {_ADVICE}")
 
 
-def bert_config(name: str, config: ml_collections.ConfigDict, dtype: str,
-                param_dtype: str) -> BertConfig:
-  """`base` (BERT-base), `tiny`, `config` (the config's checkpoint), or a
-  checkpoint directory, with the given numerics."""
-  numerics = dict(dtype=jnp.dtype(dtype), param_dtype=jnp.dtype(param_dtype))
-  if name == "base":
-    return BertConfig(**numerics)
-  if name == "tiny" or (name == "config" and config.ranker.get("tiny")):
-    overrides = dict(config.ranker.get("overrides", {}) or {})
-    return BertConfig.tiny(**dict(overrides, **numerics))
-  if name == "config":
-    name = pretrained.checkpoint_dir(config.ranker.get("checkpoint")
-                                     or pretrained.MINILM)
-  return BertConfig.from_checkpoint(name, **numerics)
-
-
 def topology_devices(topology_name: str) -> list[Any]:
   """Compile-only devices of a TPU topology (needs libtpu)."""
   # libtpu takes a lock file that another JAX process on this machine may
@@ -365,7 +349,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
   os.environ.setdefault("JAX_PLATFORMS", "cpu")  # the host compiles; no TPU
   config = load_config(args.config, getattr(args, "config_overrides", []))
-  model = bert_config(args.model, config, args.dtype, args.param_dtype)
+  model = pretrained.bert_config(args.model, config.ranker, args.dtype,
+                                 args.param_dtype)
   hbm = None if args.hbm_gib is None else int(args.hbm_gib * chips_lib.GIB)
   reports, failures = [], []
   for topology in args.topology:

@@ -10,9 +10,11 @@ from __future__ import annotations
 import importlib.util
 import os
 
+import jax.numpy as jnp
 from transformers import AutoTokenizer
 
 from best_jax.errors import InputError
+from best_jax.models.bert_config import BertConfig
 
 MINILM = "minilm-l6"
 
@@ -36,3 +38,18 @@ def load_tokenizer(name_or_path: str = MINILM):
   """The fast Hugging Face tokenizer of a local checkpoint (offline)."""
   return AutoTokenizer.from_pretrained(checkpoint_dir(name_or_path),
                                        local_files_only=True)
+
+
+def bert_config(name: str, ranker, dtype: str, param_dtype: str
+                ) -> BertConfig:
+  """`base` (BERT-base), `tiny`, `config` (the `ranker` config's
+  checkpoint), or a checkpoint directory, with the given numerics."""
+  numerics = dict(dtype=jnp.dtype(dtype), param_dtype=jnp.dtype(param_dtype))
+  if name == "base":
+    return BertConfig(**numerics)
+  if name == "tiny" or (name == "config" and ranker.get("tiny")):
+    overrides = dict(ranker.get("overrides", {}) or {})
+    return BertConfig.tiny(**dict(overrides, **numerics))
+  if name == "config":
+    name = checkpoint_dir(ranker.get("checkpoint") or MINILM)
+  return BertConfig.from_checkpoint(name, **numerics)
