@@ -19,10 +19,11 @@
    matmul precision; the MiniLM golden test skips where its package is absent),
    last, since the figures matter most when a lease is short.
 
-Every stage runs under a time limit, all of them within `--seconds`, and
-the run writes OUTDIR/summary.json with the figures before the parity tests
-(`"complete": false`) and again at the end, whatever happens, so that a short
-accelerator lease always brings back figures. `--dry-run` runs the same stages on the CPU with small shapes.
+The stages in subprocesses (benchmarks, joint step, parity tests) run under
+time limits, all within `--seconds`; the live parity runs in this process. The
+run writes OUTDIR/summary.json with the figures before the parity tests
+and again at the end, whatever happens (`"complete": true` once every stage
+has run), so that a short accelerator lease always brings back figures. `--dry-run` runs the same stages on the CPU with small shapes.
 """
 
 from __future__ import annotations
@@ -130,23 +131,42 @@ def write(out: str, name: str, value: dict) -> None:
     json.dump(value, f, indent=1, default=str)
 
 
-def figures(bench: str, on_chip: bool) -> dict:
-  """The summary's figures from score_vs_torch's JSON; on a known chip an
-  `error` when a row has no MFU (its FLOPs could not be counted)."""
-  with open(bench, encoding="utf-8") as f:
-    results = json.load(f)["results"]
+def benchmark_figures(found: dict) -> dict:
+  """The summary's figures from score_vs_torch's JSON, with an `error` when
+  a row's FLOPs could not be counted (then it has no MFU)."""
+  results = found["results"]
   rows = [(f"score_L{k}", v) for k, v in results["scoring"].items()]
   rows.append(("train", results.get("training")))
-  found = {name: {k: row.get(k) for k in ("flops_per_call",
-                                          "flops_per_second", "mfu")}
-           | {"ratio_median": row["ratio"]["median"],
-              "best_jax_per_second": row["per_second"]["best_jax"]["median"],
-              "torch_per_second": row["per_second"]["torch"]["median"]}
-           for name, row in rows if row}
-  missing = [name for name, row in found.items() if row["mfu"] is None]
-  if on_chip and missing:
-    found["error"] = f"no MFU for {', '.join(missing)}: FLOPs not counted"
-  return found
+  figures = {name: {k: row.get(k) for k in ("flops_per_call",
+                                            "flops_per_second", "mfu")}
+             | {"ratio_median": row["ratio"]["median"],
+                "best_jax_per_second": row["per_second"]["best_jax"]["median"],
+                "torch_per_second": row["per_second"]["torch"]["median"]}
+             for name, row in rows if row}
+  uncounted = [name for name, row in figures.items()
+               if row["flops_per_call"] is None]
+  if uncounted:
+    figures["error"] = f"FLOPs not counted for {', '.join(uncounted)}"
+  return figures
+
+
+def joint_figures(found: dict) -> dict:
+  """The summary's figures from `mfu.py --step joint`'s JSON."""
+  return {k: found[k] for k in ("step_s_median", "tokens_per_s",
+                                "flops_per_step", "flops_source", "mfu")}
+
+
+def stage_figures(stage: dict, path: str, read) -> dict:
+  """`read` of the JSON a stage wrote; a missing or unreadable one, or
+  figures with an `error`, put an `error` on the stage."""
+  try:
+    with open(path, encoding="utf-8") as f:
+      figures = read(json.load(f))
+  except (OSError, KeyError, TypeError, ValueError) as e:
+    figures = {"error": f"no figures in {path}: {e!r}"}
+  if "error" in figures:
+    stage.setdefault("error", figures["error"])
+  return figures
 
 
 def main(argv=None) -> int:
@@ -192,19 +212,18 @@ def main(argv=None) -> int:
              ["--random-bert", "base", "--lengths", "512", "--batch", "64",
               "--pairs", "32", "--train-length", "512", "--repeats", "5",
               "--torch-device", "cuda"])
+    joint = os.path.join(out, "joint_step.json")
+    for stale in (bench, joint):  # An earlier run's figures are not this one's.
+      if os.path.exists(stale):
+        os.remove(stale)
     stages["benchmarks"] = run_stage(
         "benchmarks", [sys.executable, os.path.join(HERE, "score_vs_torch.py"),
                        "--config", config,
                        "--dtype", "bfloat16", *shape, "--json", bench],
         out, limit("benchmarks"))
-    if os.path.exists(bench):
-      try:
-        summary["figures"] = figures(bench, on_chip=not args.dry_run)
-      except (KeyError, TypeError, ValueError) as e:
-        summary["figures"] = {"error": f"unreadable {bench}: {e!r}"}
-      if "error" in summary["figures"]:
-        stages["benchmarks"]["error"] = summary["figures"]["error"]
-    joint = os.path.join(out, "joint_step.json")
+    figures = summary["figures"] = {}
+    figures.update(stage_figures(stages["benchmarks"], bench,
+                                 benchmark_figures))
     stages["joint_step"] = run_stage(
         "joint_step", [sys.executable, os.path.join(HERE, "mfu.py"),
                        "--step", "joint", "--config", config,
@@ -214,12 +233,8 @@ def main(argv=None) -> int:
                           "8"]),
                        "--json", joint],
         out, limit("joint_step"))
-    if os.path.exists(joint):
-      with open(joint, encoding="utf-8") as f:
-        found = json.load(f)
-      summary.setdefault("figures", {})["joint_step"] = {
-          k: found[k] for k in ("step_s_median", "tokens_per_s",
-                                "flops_per_step", "flops_source", "mfu")}
+    figures["joint_step"] = stage_figures(stages["joint_step"], joint,
+                                          joint_figures)
     write(out, "summary.json", summary)  # The figures, before the last stage.
     tests = DRY_PARITY_TESTS if args.dry_run else PARITY_TESTS
     # Compiling is most of the tests' time; workers compile side by side.
@@ -230,11 +245,14 @@ def main(argv=None) -> int:
                          "no:cacheprovider", *workers, *tests], out,
         limit("parity_tests"),
         env={"JAX_DEFAULT_MATMUL_PRECISION": "highest"})
+    summary["complete"] = True
     return 0 if all(s.get("exit", 0) == 0 and s.get("passed", True)
                     and "error" not in s for s in stages.values()) else 1
+  except BaseException as e:  # Recorded, then raised.
+    summary["error"] = repr(e)
+    raise
   finally:
     summary["seconds"] = round(time.time() - started, 1)
-    summary["complete"] = True
     write(out, "summary.json", summary)
     print(f"wrote {os.path.join(out, 'summary.json')} "
           f"({summary['seconds']} s)", flush=True)

@@ -2,9 +2,9 @@
 # The accelerator check: on one GPU host with this repository and Python 3.11+,
 #   bench/accelerator.sh OUTDIR             # venv, GPU install, parity, benchmarks
 #   bench/accelerator.sh OUTDIR --dry-run   # the same path on the CPU, small shapes
-# writes OUTDIR/{environment,parity,score_vs_torch,summary}.json and the logs,
-# in under 8 minutes: the install has time limits, and the stages share what
-# it leaves (bench/accelerator.py --seconds).
+# writes OUTDIR/{environment,parity,score_vs_torch,joint_step,summary}.json and
+# the logs in under 8 minutes: the install has time limits, and the stages
+# share what it leaves (bench/accelerator.py --seconds).
 #
 # The venv ($BEST_JAX_VENV, default /tmp/best_jax_accelerator_venv) sees the packages of the Python
 # that creates it ($PYTHON, default python3), so a host whose python3 already
@@ -33,10 +33,15 @@ VENV=${BEST_JAX_VENV:-${TMPDIR:-/tmp}/best_jax_accelerator_venv}
 make_venv() {
   "$PY" -m venv "$VENV" > /dev/null 2>&1 \
     || "$PY" -m venv --without-pip "$VENV" || return 1
-  local parent site
-  parent=$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  local site
   site=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-  echo "$parent" > "$site/_best_jax_parent.pth"
+  # Every folder the parent imports installed packages from (Debian's system
+  # Python keeps pip and apt's packages outside its purelib).
+  "$PY" - > "$site/_best_jax_parent.pth" <<'EOF'
+import site, sys, sysconfig
+folders = [sysconfig.get_paths()["purelib"], *site.getsitepackages()]
+print("\n".join(dict.fromkeys(f for f in folders if f in sys.path)))
+EOF
   "$VENV/bin/python" -m pip --version > /dev/null 2>&1
 }
 if ! "$VENV/bin/python" -m pip --version > /dev/null 2>&1; then
@@ -99,6 +104,9 @@ ARGS=(--out "$OUT" --seconds $(( 480 - ($(date +%s) - START) )))
 if [[ $DRY == 1 ]]; then
   export JAX_PLATFORMS=cpu
   ARGS+=(--dry-run)
+elif [[ -n "${JAX_PLATFORMS:-}" && ",$JAX_PLATFORMS," != *,cpu,* ]]; then
+  # The CPU client counts the programs' FLOPs (score_vs_torch.program_flops).
+  export JAX_PLATFORMS="$JAX_PLATFORMS,cpu"
 fi
 log "running the checks"
 "$VENV/bin/python" "$ROOT/bench/accelerator.py" "${ARGS[@]}"

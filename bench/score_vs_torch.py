@@ -174,8 +174,8 @@ def program_flops(jitted, *args) -> float | None:
   offer it on backends behind the PJRT C API (the CUDA and TPU plugins).
   """
   import jax
-  from jax._src.lib import _jax  # XLA's HLO cost analysis has no public API.
   try:
+    from jax._src.lib import _jax  # XLA's HLO cost analysis: no public API.
     module = jitted.lower(*args).compiler_ir("hlo").as_hlo_module()
     cost = _jax.hlo_module_cost_analysis(jax.devices("cpu")[0].client, module)
   except Exception:  # pylint: disable=broad-except

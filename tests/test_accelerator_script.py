@@ -52,3 +52,29 @@ def test_program_flops_count_the_whole_program_over_a_mesh(monkeypatch):
   product = jax.jit(lambda a, b: a @ b, out_shardings=rows)
   assert program_flops(product, a, b) == pytest.approx(2 * 512 * 256 * 128,
                                                        rel=0.01)
+
+
+def test_a_stage_without_figures_is_an_error(tmp_path):
+  """A stage that wrote no JSON, an unreadable one, or rows whose FLOPs were
+  not counted fails the check instead of reporting nothing."""
+  import accelerator  # pylint: disable=import-outside-toplevel
+  row = {"flops_per_call": 1e9, "flops_per_second": 1e10, "mfu": 0.3,
+         "ratio": {"median": 1.1}, "per_second": {"best_jax": {"median": 2},
+                                                  "torch": {"median": 1}}}
+  written = tmp_path / "bench.json"
+  written.write_text(json.dumps({"results": {"scoring": {"512": row},
+                                             "training": row}}))
+  stage = {"exit": 0}
+  figures = accelerator.stage_figures(stage, str(written),
+                                      accelerator.benchmark_figures)
+  assert "error" not in stage and figures["train"]["mfu"] == 0.3
+  uncounted = dict(row, flops_per_call=None, mfu=None)
+  written.write_text(json.dumps({"results": {"scoring": {"512": row},
+                                             "training": uncounted}}))
+  accelerator.stage_figures(stage, str(written), accelerator.benchmark_figures)
+  assert "train" in stage["error"]
+  for path in (tmp_path / "missing.json", tmp_path / "partial.json"):
+    (tmp_path / "partial.json").write_text('{"step_s_median": 1}')
+    stage = {"exit": 1}
+    accelerator.stage_figures(stage, str(path), accelerator.joint_figures)
+    assert "no figures" in stage["error"]
