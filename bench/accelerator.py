@@ -23,7 +23,8 @@ The stages in subprocesses (benchmarks, joint step, parity tests) run under
 time limits, all within `--seconds`; the live parity runs in this process. The
 run writes OUTDIR/summary.json with the figures before the parity tests
 and again at the end, whatever happens (`"complete": true` once every stage
-has run), so that a short accelerator lease always brings back figures. `--dry-run` runs the same stages on the CPU with small shapes.
+has run), so that a short accelerator lease always brings back figures.
+`--dry-run` runs the same stages on the CPU with small shapes.
 """
 
 from __future__ import annotations

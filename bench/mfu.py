@@ -141,9 +141,10 @@ def main(argv=None) -> int:
 
   start = time.perf_counter()
   with jax.set_mesh(trainer.mesh):
-    compiled = step.lower(abstract, batch).compile()
+    lowered = step.lower(abstract, batch)
+    compiled = lowered.compile()
     compile_s = time.perf_counter() - start
-    flops_per_step = program_flops(step, abstract, batch)
+  flops_per_step = program_flops(lowered)
 
   params = trainer.abstract_state.params
   embedding = sum(int(np.prod(x.shape)) for path, x in

@@ -162,10 +162,10 @@ def torch_optimizer(ranker: TorchRanker, opt):
   return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
 
-def program_flops(jitted, *args) -> float | None:
-  """FLOPs of one call of the whole program (every device's share), from
-  XLA's cost analysis of the traced HLO, before any backend pass, run by the
-  CPU client whatever the backend (None when unavailable).
+def program_flops(lowered) -> float | None:
+  """FLOPs of one call of a lowered program (`jitted.lower(*args)`; every
+  device's share), from XLA's cost analysis of its HLO, before any backend
+  pass, run by the CPU client whatever the backend (None when unavailable).
 
   Not the compiled module's count: XLA:GPU compiles matrix products into
   cuBLAS calls that its cost analysis leaves out (on an H200 it gave 3.8e11
@@ -176,7 +176,7 @@ def program_flops(jitted, *args) -> float | None:
   import jax
   try:
     from jax._src.lib import _jax  # XLA's HLO cost analysis: no public API.
-    module = jitted.lower(*args).compiler_ir("hlo").as_hlo_module()
+    module = lowered.compiler_ir("hlo").as_hlo_module()
     cost = _jax.hlo_module_cost_analysis(jax.devices("cpu")[0].client, module)
   except Exception:  # pylint: disable=broad-except
     return None
@@ -284,7 +284,7 @@ def bench_scoring(product: Product, torch_ranker, lengths, batch, repeats,
     row = dict(alternate(run_jax, run_torch, batch, repeats),
                max_abs_score_difference=difference)
     row["flops_per_call"] = program_flops(
-        score_into, params, blank(), trainer.put(host))
+        score_into.lower(params, blank(), trainer.put(host)))
     results[str(length)] = row
     print(f"score L={length:4d}: best_jax "
           f"{row['per_second']['best_jax']['median']:7.1f}/s  torch "
@@ -314,8 +314,8 @@ def bench_training(product: Product, torch_ranker, pairs, length, repeats,
   trainer = product.trainer
   batch = train_batch(pairs, length, product.model_config.vocab_size)
   holder = {"state": product.state}
-  flops = program_flops(trainer.train_step, holder["state"],
-                         trainer.put(batch))
+  flops = program_flops(trainer.train_step.lower(holder["state"],
+                                                 trainer.put(batch)))
 
   def run_jax():
     holder["state"], metrics = trainer.train_step(holder["state"],

@@ -662,7 +662,9 @@ def test_the_largest_budget_bounds_every_budget_a_run_chooses():
                       for n in lengths])
     budgets = token_budget.choose_budgets(batches, steps=steps,
                                           shards=shards, attention_groups=3)
-    assert budgets  # 300 is not a multiple of 64: sizes round up past it.
+    # 300 is not a multiple of 64: a size rounded up past it would cost more
+    # than the padded rows, so none is chosen.
+    assert budgets
     for budget in budgets:
       assert budget.tokens <= bound.tokens
       assert sum(budget.rows) <= 6
