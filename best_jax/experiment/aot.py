@@ -26,10 +26,12 @@ Nothing is allocated and no TPU is needed, only libtpu (`pip install -r
 requirements-tpu.txt`):
 
   python -m best_jax aot --config configs/squad_longdoc.py \\
-      --topology v5e:4x4 --topology v4:2x2x4 --model base --dtype bfloat16
+      --topology v5e:4x4 --model base --dtype bfloat16
 
 prints one report per (topology, step) and exits with status 1, naming the
 step, the topology and the memory it would need, when one does not fit.
+`--topology` repeats, but each BERT-base topology holds 10-17 GiB of host
+RAM while it compiles: one per process on a small host.
 """
 
 from __future__ import annotations
