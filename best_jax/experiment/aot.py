@@ -30,8 +30,9 @@ requirements-tpu.txt`):
 
 prints one report per (topology, step) and exits with status 1, naming the
 step, the topology and the memory it would need, when one does not fit.
-`--topology` repeats, but each BERT-base topology holds 10-17 GiB of host
-RAM while it compiles: one per process on a small host.
+`--topology` repeats, but a BERT-base topology's padded steps held 10-17 GiB
+of host RAM while compiling, and v4-32's unpadded joint step more than 24:
+one topology per process.
 """
 
 from __future__ import annotations
