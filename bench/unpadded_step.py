@@ -6,10 +6,10 @@
 Builds the experiment's inputs and ranker as `best_jax train` does, the
 first `--steps` FirstP batches of the schedule (`experiment.examples`), and
 the budgets `best_jax train` chooses with `train.unpadded`
-(`train.token_budget.choose_budgets` on the first 16 batches; with
-`train.accumulation_steps` above 1 each batch's micro-batches balanced as
-the pipeline balances them). Then times
-the jitted, donated `trainer.train_step` over those batches with padded
+(`train.token_budget.choose_budgets` on 64 batches spread over the
+schedule; with `train.accumulation_steps` above 1 each batch's
+micro-batches balanced as the pipeline balances them). Then times the
+jitted, donated `trainer.train_step` over those batches with padded
 rows, as `best_jax train` runs it with `train.unpadded`
 (`token_budget.UnpaddedSteps`: the first budget a batch fits, or padded),
 and, for comparison, the same budgets with attention on every row at full
@@ -66,9 +66,12 @@ def main(argv=None) -> int:
   steps = t.get("accumulation_steps", 1)
   shards = token_budget.data_shards(trainer.batch_sharding)
   budgets = token_budget.choose_budgets(
-      source.first_batches(token_budget.SAMPLE_BATCHES, t.batch_size),
+      source.batches(token_budget.sample_batches(len(inputs.schedule)),
+                     t.batch_size),
       steps=steps, shards=shards,
-      attention_groups=t.get("attention_groups", 1))
+      attention_groups=t.get("attention_groups", 1),
+      attention_weight=token_budget.attention_weight(
+          ranker.encoder.hidden_size, ranker.encoder.intermediate_size))
   tokens = [b.tokens for b in budgets]
   if not budgets:
     print("the budget rule leaves these rows padded: nothing to compare")
@@ -76,7 +79,8 @@ def main(argv=None) -> int:
   features = dict(build.features(t.group_size),
                   example_mask=Feature((), bool, False))
   batches = []
-  for group in source.first_batches(args.steps, t.batch_size):
+  for group in source.batches(range(min(args.steps, len(inputs.schedule))),
+                              t.batch_size):
     group = [dict(e, example_mask=np.bool_(True)) for e in group]
     batch = pack(group, features)
     if steps > 1:  # Balanced micro-batches, as `best_jax train` feeds them.

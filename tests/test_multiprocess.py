@@ -97,8 +97,8 @@ def test_two_processes_write_the_runs_of_one(tmp_path, tiny_experiment):
                                  err_msg=name)
 
   # Each process built only its half of every training batch (the count
-  # leaves out the first 16 batches that every process builds whole to
-  # choose the unpadded token budget, `GroupExamples.first_batches`) and
+  # leaves out the sampled batches that every process builds whole to
+  # choose the unpadded token budget, `GroupExamples.batches`) and
   # scored only the rows of its documents; only process 0 logged the
   # experiment.
   for index, (out, _) in enumerate(outputs):

@@ -386,12 +386,10 @@ def test_a_batch_that_is_not_whole_units_is_refused_or_left_out():
     token_budget.balanced_order(np.ones(10), 4)
   examples = [{"attention_mask": batch["attention_mask"][i]}
               for i in range(16)]
-  full = token_budget.choose_budgets([examples], steps=4, shards=1)
+  full = _budgets([examples], steps=4, shards=1)
   assert [b.tokens for b in full] == [64]
-  assert token_budget.choose_budgets([examples, examples[:12]], steps=4,
-                                     shards=1) == full
-  assert token_budget.choose_budgets([examples[:10]], steps=4,
-                                     shards=1) == ()
+  assert _budgets([examples, examples[:12]], steps=4, shards=1) == full
+  assert _budgets([examples[:10]], steps=4, shards=1) == ()
 
 
 def test_budgets_are_chosen_for_balanced_micro_batches():
@@ -401,7 +399,7 @@ def test_budgets_are_chosen_for_balanced_micro_batches():
   batch = _uneven_batch()
   examples = [{name: value[i] for name, value in batch.items()}
               for i in range(16)]
-  budgets = token_budget.choose_budgets([examples], steps=4, shards=1)
+  budgets = _budgets([examples], steps=4, shards=1)
   assert [b.tokens for b in budgets] == [64]
 
 
@@ -590,44 +588,84 @@ def test_unpadded_steps_run_the_smallest_budget_that_fits():
   assert step.unpadded == 4
 
 
+def _budgets(batches, **units):
+  """`choose_budgets` counting tokens only (`attention_weight` 0)."""
+  return token_budget.choose_budgets(batches, attention_weight=0.0, **units)
+
+
 def _chosen(batches, **units):
-  """The stream sizes of `choose_budgets`' budgets (None for none)."""
-  return tuple(b.tokens for b in token_budget.choose_budgets(
-      batches, **units)) or None
+  """The stream sizes of `_budgets` (None for none)."""
+  return tuple(b.tokens for b in _budgets(batches, **units)) or None
 
 
-def test_attention_groups_hold_the_first_batches_rows_and_some_slack():
+MINILM = token_budget.attention_weight(384, 1536)  # 1/2304
+
+
+def _long_rows(*counts):
+  """Batches of one unit of 32 rows of 64 tokens: `count` rows of 60
+  tokens, the others of 10."""
+  return [[{"attention_mask": np.arange(64) < n}
+           for n in [10] * (32 - count) + [60] * count] for count in counts]
+
+
+def test_attention_groups_hold_the_sampled_rows_and_a_row_of_slack():
   """Units of 32 rows of 64 tokens: the groups (rows up to 8, 16, …, 64
-  tokens) take the most rows the first batches had above each group's
-  shorter neighbour, plus 2 (1/16 of 32); a batch with more long rows than
-  that runs padded. One group allowed: every row at full length."""
-  def batch(lengths):
-    return [{"attention_mask": np.arange(64) < n} for n in lengths]
-  short = [10] * 30 + [60, 60]           # 2 rows above 56, 32 above 8
-  budgets = token_budget.choose_budgets([batch(short)] * 4, steps=1,
-                                        shards=1, attention_groups=2)
-  assert budgets[0].rows == (0, 28, 0, 0, 0, 0, 0, 4)
-  assert token_budget.choose_budgets([batch(short)] * 4, steps=1, shards=1,
-                                     attention_groups=1)[0].rows == ()
+  tokens) take the most rows the sampled batches had above each group's
+  shorter neighbour, plus one row (`ROW_SLACK`); a batch with more long
+  rows than that runs padded. One group allowed: every row at full
+  length."""
+  budgets = token_budget.choose_budgets(
+      _long_rows(2, 2, 1, 2), steps=1, shards=1, attention_groups=2,
+      attention_weight=MINILM)
+  assert budgets[0].rows == (0, 29, 0, 0, 0, 0, 0, 3)
+  assert token_budget.choose_budgets(
+      _long_rows(2, 2, 1, 2), steps=1, shards=1, attention_groups=1,
+      attention_weight=MINILM)[0].rows == ()
   units = token_budget.unit_of_examples(32, 1, 1)
-  for count, fits in ((4, True), (5, False)):
-    lengths = [10] * (32 - count) + [60] * count
+  for count, fits in ((3, True), (4, False)):
+    [batch] = _long_rows(count)
     above = token_budget.rows_above(
-        np.stack([e["attention_mask"] for e in batch(lengths)]), units)
+        np.stack([e["attention_mask"] for e in batch]), units)
     assert token_budget.fits_rows(above, budgets[0].rows) == fits
-  mask = jnp.asarray(np.arange(64) < np.asarray([10] * 27 + [60] * 5)[:, None])
+  mask = jnp.asarray(np.arange(64) < np.asarray([10] * 28 + [60] * 4)[:, None])
   assert token_budget.batch_fit(mask, budgets, 1, 1) == len(budgets)
 
 
+def test_the_budgets_are_chosen_from_batches_spread_over_the_schedule():
+  """`SAMPLE_BATCHES` batches from the first to the last, all of a shorter
+  schedule."""
+  sample = token_budget.sample_batches(1000)
+  assert len(sample) == token_budget.SAMPLE_BATCHES
+  assert sample[0] == 0 and sample[-1] == 999
+  assert np.all(np.diff(sample) >= 7)
+  np.testing.assert_array_equal(token_budget.sample_batches(50),
+                                np.arange(50))
+
+
+def test_a_third_size_only_when_it_saves_enough():
+  """Units of 128, 256 and 384 tokens (one unit of 2 × 256 slots, 1,536
+  padded): 256 alone costs 1,024 (the largest unit padded), two sizes 896,
+  all three 768, each 1% less than fewer, so three are compiled; when a
+  size must save 30%, only the one; with two allowed, two."""
+  def batch(length):
+    return [{"attention_mask": np.arange(256) < length}] * 2
+  batches = [batch(60), batch(120), batch(190)]
+  assert _chosen(batches, steps=1, shards=1) == (128, 256, 384)
+  with mock.patch.object(token_budget, "MIN_SAVING", 0.3):
+    assert _chosen(batches, steps=1, shards=1) == (256,)
+  with mock.patch.object(token_budget, "MAX_BUDGETS", 2):
+    assert len(_chosen(batches, steps=1, shards=1)) == 2
+
+
 def test_fewer_attention_groups_take_the_cheapest_lengths():
-  """32 rows, 8 of them up to each of 1/8 … 4/8 of the length (plus 2 rows
-  of slack above each): with eight groups each holds its rows; with two,
-  the rows up to 4/8 share one group (30 · 4² + 2 · 8² attended, less
-  than any other split)."""
-  above = np.asarray([32, 24, 16, 8, 0, 0, 0, 0])
-  assert token_budget.group_rows(above, 32, 8) == (6, 8, 8, 8, 0, 0, 0, 2)
-  assert token_budget.group_rows(above, 32, 2) == (0, 0, 0, 30, 0, 0, 0, 2)
-  assert token_budget.group_rows(above, 32, 1) == (0, 0, 0, 0, 0, 0, 0, 32)
+  """32 rows, 8 of them up to each of 1/8 … 4/8 of the length, 2 above
+  that (the capacity above each group's shorter neighbour): with eight
+  groups each holds its rows; with two, the rows up to 4/8 share one group
+  (30 · 4² + 2 · 8² attended, less than any other split)."""
+  capacity = np.asarray([32, 26, 18, 10, 2, 2, 2, 2])
+  assert token_budget.group_rows(capacity, 8) == (6, 8, 8, 8, 0, 0, 0, 2)
+  assert token_budget.group_rows(capacity, 2) == (0, 0, 0, 30, 0, 0, 0, 2)
+  assert token_budget.group_rows(capacity, 1) == (0, 0, 0, 0, 0, 0, 0, 32)
 
 
 def test_two_budgets_can_pass_where_neither_alone_saves_enough():
@@ -661,7 +699,8 @@ def test_the_largest_budget_bounds_every_budget_a_run_chooses():
       batches.append([{"attention_mask": np.arange(length) < n[:, None]}
                       for n in lengths])
     budgets = token_budget.choose_budgets(batches, steps=steps,
-                                          shards=shards, attention_groups=3)
+                                          shards=shards, attention_groups=3,
+                                          attention_weight=MINILM)
     # 300 is not a multiple of 64: a size rounded up past it would cost more
     # than the padded rows, so none is chosen.
     assert budgets

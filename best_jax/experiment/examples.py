@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import zlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -204,9 +204,14 @@ class GroupExamples:
     self.built += 1
     return self._build(index, self._groups[index])
 
-  def first_batches(self, count: int, batch_size: int) -> list[list[Example]]:
-    """The first `count` global batches, built whole (and not counted):
-    the same on every process."""
-    size = min(count * batch_size, len(self._groups))
-    examples = [self._build(i, self._groups[i]) for i in range(size)]
-    return [examples[i:i + batch_size] for i in range(0, size, batch_size)]
+  def batches(self, indices: Iterable[int], batch_size: int
+              ) -> list[list[Example]]:
+    """The global batches `indices` of the schedule (batch b: examples
+    b · `batch_size` onwards; the last may be short), built whole (and not
+    counted): the same on every process."""
+    out = []
+    for b in indices:
+      stop = min((b + 1) * batch_size, len(self._groups))
+      out.append([self._build(i, self._groups[i])
+                  for i in range(b * batch_size, stop)])
+    return out

@@ -42,6 +42,7 @@ class Ranker:
   """One model family of the experiment."""
   trainer: Trainer
   pretrained: Any  # Parameters on the devices, sharded; never donated.
+  encoder: BertConfig  # Its shape weighs the unpadded budgets' FLOPs.
   scorer: SegmentScorer | EmbeddingScorer  # Inference rows (dev, test).
   # Training segments (BeST's selection).
   train_scorer: SegmentScorer | EmbeddingScorer | None = None
@@ -128,6 +129,7 @@ def build_ranker(config: ml_collections.ConfigDict, inputs: Inputs,
   if config.ranker.kind == "bi":
     cache = dict(cache_rows=EVAL_CACHE_ROWS)
   return Ranker(trainer=trainer, pretrained=trainer.put_params(params),
+                encoder=model_config,
                 scorer=scorer(inputs.eval_segments, **cache),
                 train_scorer=scorer(inputs.train_segments),
                 scorer_for=scorer)

@@ -63,15 +63,19 @@ def segment_plan(name: str, regime: str, config: ml_collections.ConfigDict,
 def _unpadded_budgets(config: ml_collections.ConfigDict, ranker: Ranker,
                       examples: GroupExamples):
   """With `train.unpadded` and cross-encoder rows: chooses the budgets from
-  the schedule's first batches (`train.token_budget`)."""
+  batches spread over the schedule (`train.token_budget`)."""
   if not checks.encodes_unpadded(config):
     return None
   t = config.train
+  num_batches = -(-len(examples) // t.batch_size)
   return lambda: token_budget.choose_budgets(
-      examples.first_batches(token_budget.SAMPLE_BATCHES, t.batch_size),
+      examples.batches(token_budget.sample_batches(num_batches),
+                       t.batch_size),
       steps=t.get("accumulation_steps", 1),
       shards=token_budget.data_shards(ranker.trainer.batch_sharding),
-      attention_groups=t.get("attention_groups", 1))
+      attention_groups=t.get("attention_groups", 1),
+      attention_weight=token_budget.attention_weight(
+          ranker.encoder.hidden_size, ranker.encoder.intermediate_size))
 
 
 def joint_plan(config: ml_collections.ConfigDict, inputs: Inputs,

@@ -147,4 +147,4 @@ def qds_ranker(config: ml_collections.ConfigDict, inputs: Inputs, mesh
   description = (f"{row_config.max_len}-token rows, window ±{qds.window}, "
                  f"{qds.max_global} global slots, {qds.head} head")
   return (Ranker(trainer=trainer, pretrained=trainer.put_params(params),
-                 scorer=scorer), rows, description)
+                 encoder=model_config, scorer=scorer), rows, description)

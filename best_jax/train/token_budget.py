@@ -9,15 +9,18 @@ their micro-batches hold about the same tokens (`balance_micro_batches`:
 on squad_longdoc `:cpu` at 4 micro-batches, the joint step's padding falls
 from 20.8% to 13.2% of FLOPs); it changes the dropout draws, so the
 experiment records it (`experiment.checks.balances_micro_batches`).
-`choose_budgets` picks, from the first batches of the schedule, one or two
-stream sizes T per unit (those that would have encoded them in the fewest
-tokens; two only when they take `MIN_SAVING` fewer tokens than the best
-single size, or when no single size saves the 5% unpadding must, since each
-size is one more compiled step) and how many rows attention takes at each
-of `ATTENTION_GROUPS` lengths (the most those batches' units had above each
-length, plus `ROW_SLACK`, in at most `train.attention_groups` non-empty
-groups), the same on every process because every process can build every
-example. `UnpaddedSteps` checks each batch on the host (the
+`choose_budgets` picks, from `SAMPLE_BATCHES` batches spread over the
+schedule (`sample_batches`), how many rows attention takes at each of
+`ATTENTION_GROUPS` lengths (the most those batches' units had above each
+length plus `ROW_SLACK`, in at most `train.attention_groups` non-empty
+groups) and up to `MAX_BUDGETS` stream sizes T per unit: those that
+encode the sample in the fewest FLOPs (the dense layers' per token,
+attention's per row and squared length: `attention_weight`), a batch that
+fits none counted padded. More sizes are kept only when they save
+`MIN_SAVING`, and the budgets only when they save 5% of the padded rows'
+FLOPs, since each size is one more compiled step. The choice is the same
+on every process because every process can build every example.
+`UnpaddedSteps` checks each batch on the host (the
 smallest budget every unit fits, agreed over the processes through the
 coordinator, never a device collective, so the steps still dispatch ahead)
 and runs the step compiled for it, or, when none fits, the padded step:
@@ -44,23 +47,43 @@ import numpy as np
 from best_jax.models.unpadding import TokenBudget, group_lengths
 from best_jax.train import distributed
 
-# T is chosen from this many first batches, in multiples of MULTIPLE; up
-# to MAX_BUDGETS sizes: the sizes must save 5% of the padded rows' tokens
-# over those batches, and more sizes are kept only when they cost MIN_SAVING
-# less than the fewer sizes that already save 5% (if any do).
-SAMPLE_BATCHES = 16
+# The budgets are chosen from this many batches, evenly spaced over the
+# schedule (all of a shorter one), with sizes T in multiples of MULTIPLE;
+# up to MAX_BUDGETS sizes: they must save 5% of the padded rows' FLOPs over
+# those batches, and more sizes are kept only when they cost MIN_SAVING
+# less than the fewer sizes that already save 5% (if any do). On
+# squad_longdoc `:cpu` at 4 micro-batches this took the joint step's
+# padding from 13.2% to 10.7% of FLOPs, FirstP's from 10.2% to 8.2%; at
+# the full config's 512-token rows MaxP-all's from 24.1% (74 of 400
+# batches padded) to 13.5% (`bench/padding_waste.py`).
+SAMPLE_BATCHES = 128
 MULTIPLE = 64
-MAX_BUDGETS = 2
-MIN_SAVING = 0.03
+MAX_BUDGETS = 3
+MIN_SAVING = 0.01
+CANDIDATE_SIZES = 32  # Sizes tried: spread over the sample's, the largest too.
 # Attention runs on rows grouped by length, at some of ATTENTION_GROUPS
 # lengths (L/8, 2L/8, …, L; `train.attention_groups` of them at most, each
 # one more attention per layer to compile); each group holds the most rows
-# the first batches' units had above the next shorter group's length, plus
-# ROW_SLACK of a unit's rows (at least 2): on squad_longdoc `:cpu` that fit
-# all of the first 100 batches of FirstP and of the joint step with eight
-# groups (1/32 fit 94 and 97 of the joint step's; more only adds padding).
+# the sampled batches' units had above the next shorter group's length,
+# plus ROW_SLACK rows for the batches the sample missed.
 ATTENTION_GROUPS = 8
-ROW_SLACK = 1 / 16
+ROW_SLACK = 1
+
+
+def sample_batches(num_batches: int) -> np.ndarray:
+  """The indices of `SAMPLE_BATCHES` of a schedule's `num_batches` global
+  batches, evenly spaced from the first to the last (all when fewer)."""
+  count = min(SAMPLE_BATCHES, num_batches)
+  return np.unique(np.linspace(0, num_batches - 1, count).round()
+                   ).astype(int)
+
+
+def attention_weight(hidden_size: int, intermediate_size: int) -> float:
+  """Attention's FLOPs per row and squared length (4 · hidden: scores and
+  weighted values), in tokens of the dense layers' FLOPs (2 · (4 · hidden²
+  + 2 · hidden · intermediate): projections and feed-forward)."""
+  return 4 * hidden_size / (2 * (4 * hidden_size ** 2
+                                 + 2 * hidden_size * intermediate_size))
 
 
 def data_shards(sharding: jax.NamedSharding | None) -> int:
@@ -157,13 +180,12 @@ def rows_above(mask: np.ndarray, units: np.ndarray,
                    for g in range(groups)], axis=1).max(0)
 
 
-def group_rows(above: np.ndarray, rows: int, most: int) -> tuple[int, ...]:
-  """Rows per attention group for units of `rows` rows with at most
-  `above` rows above each group's shorter neighbour, plus `ROW_SLACK`: of
-  the ways to leave at most `most` groups non-empty (the longest always),
-  the one that attends the fewest (rows · length²)."""
-  slack = max(2, math.ceil(ROW_SLACK * rows))
-  cumulative = np.minimum(np.asarray(above) + slack, rows)
+def group_rows(capacity: np.ndarray, most: int) -> tuple[int, ...]:
+  """Rows per attention group for units with at most `capacity` rows above
+  each group's shorter neighbour: of the ways to leave at most `most`
+  groups non-empty (the longest always), the one that attends the fewest
+  (rows · length²)."""
+  cumulative = np.asarray(capacity)
   count = len(cumulative)
   best, best_cost = None, math.inf
   for k in range(most):
@@ -198,19 +220,20 @@ def largest_budget(example_tokens: int, batch_size: int, *, steps: int,
 
 
 def choose_budgets(batches: Iterable[list[Mapping[str, np.ndarray]]], *,
-                   steps: int, shards: int,
-                   attention_groups: int = 1) -> tuple[TokenBudget, ...]:
+                   steps: int, shards: int, attention_groups: int = 1,
+                   attention_weight: float) -> tuple[TokenBudget, ...]:
   """The budgets per unit (ascending stream sizes T, at most `MAX_BUDGETS`,
   with one set of attention groups, at most `attention_groups` of them
   non-empty; 1: every row attended at full length) that encode `batches` of
   examples (each a dict with `attention_mask` `[G, ..., L]`; micro-batches
   balanced as the pipeline balances them, `balance_micro_batches`) in the
-  fewest tokens, each batch in the smallest T its largest unit fits, one
-  that fits none or whose rows do not fit the groups counted padded; ()
-  when that saves under 5% of the padded rows' tokens. A batch shorter
-  than the first (the last; the pipeline pads it) is left out, and so are
-  all when they do not split into whole units."""
-  needs, aboves, capacity, rows, size = [], [], 0, 0, None
+  fewest FLOPs (a token: 1; a row attended at length ℓ: `attention_weight`
+  · ℓ²), each batch in the smallest T its largest unit fits, one that fits
+  none or whose rows do not fit the groups counted padded; () when that
+  saves under 5% of the padded rows' FLOPs. A batch shorter than the first
+  (the last; the pipeline pads it) is left out, and so are all when they
+  do not split into whole units."""
+  needs, aboves, capacity, rows, length, size = [], [], 0, 0, 0, None
   for examples in batches:
     size = size or len(examples)
     if len(examples) != size or size % (steps * shards):
@@ -224,22 +247,38 @@ def choose_budgets(batches: Iterable[list[Mapping[str, np.ndarray]]], *,
     capacity = largest_budget(int(np.size(examples[0]["attention_mask"])),
                               len(examples), steps=steps,
                               shards=shards).tokens
-    rows = capacity // mask.shape[-1]
+    length = mask.shape[-1]
+    rows = capacity // length
   if not needs:
     return ()
-  groups = (group_rows(np.max(aboves, axis=0), rows, attention_groups)
-            if attention_groups > 1 else ())
-  fit = [n if fits_rows(a, groups) else math.inf
-         for n, a in zip(needs, aboves)]
-  def cost(sizes):  # A batch at the smallest size it fits, else padded.
-    return sum(next((t for t in sizes if n <= t), capacity) for n in fit)
-  sizes = sorted({-(-n // MULTIPLE) * MULTIPLE for n in needs})
-  chosen, limit = (), 0.95 * capacity * len(needs)
+  needs, aboves = np.asarray(needs), np.asarray(aboves)
+  squares = np.asarray(group_lengths(length, ATTENTION_GROUPS)) ** 2
+  padded = capacity + attention_weight * rows * length ** 2
+  sizes = np.unique(-(-needs // MULTIPLE) * MULTIPLE)
+  sizes = sizes[np.unique(np.linspace(0, len(sizes) - 1, min(
+      CANDIDATE_SIZES, len(sizes))).round().astype(int))]
+  groups = (group_rows(np.minimum(aboves.max(0) + ROW_SLACK, rows),
+                       attention_groups) if attention_groups > 1 else ())
+  if groups:
+    attended = attention_weight * float(np.dot(groups, squares))
+    fit = np.all(aboves <= np.cumsum(groups[::-1])[::-1], axis=1)
+  else:
+    attended, fit = attention_weight * rows * length ** 2, True
+  # The cheapest sizes: more only when they save MIN_SAVING over fewer
+  # that already save 5% of the padded rows' FLOPs.
+  chosen, limit = (), 0.95 * padded * len(needs)
   for count in range(1, min(MAX_BUDGETS, len(sizes)) + 1):
-    candidate = min(itertools.combinations(sizes, count), key=cost)
-    if cost(candidate) < limit:
-      chosen, limit = candidate, (1 - MIN_SAVING) * cost(candidate)
-  return tuple(TokenBudget(t, groups) for t in chosen)
+    candidates = np.asarray(list(itertools.combinations(sizes, count)))
+    # Each batch at the smallest size it fits, else padded.
+    smallest = np.where(candidates[:, None, :] >= needs[:, None],
+                        candidates[:, None, :], np.inf).min(-1)
+    cost = np.where(fit & np.isfinite(smallest), smallest + attended,
+                    padded).sum(-1)
+    i = int(cost.argmin())
+    if cost[i] < limit:
+      chosen = tuple(TokenBudget(int(t), groups) for t in candidates[i])
+      limit = (1 - MIN_SAVING) * cost[i]
+  return chosen
 
 
 def on_shards(budget: TokenBudget | None,
