@@ -20,9 +20,10 @@ reports the fraction of the encoder's row tokens that are padding:
   content and query lengths), and, for the cross-encoder, the unpadded
   stream with `train.unpadded`'s budgets (the joint step: θ⁽⁰⁾'s rows;
   θ⁽¹⁾'s selected rows, one in `k_train`, stay padded)
-  (`train.token_budget.choose_budgets` on 64 batches spread over the
-  schedule, as `best_jax train` chooses them; a batch that fits none
-  counts padded).
+  (`train.token_budget.choose_budgets` on `SAMPLE_BATCHES` (128) batches
+  spread over the schedule, as `best_jax train` chooses them; a batch that
+  fits none counts padded; on a schedule of at most 128 batches, such as
+  `:cpu`'s 100, the sample is every batch measured).
 
 Tokens, and for the unpadded steps also FLOPs: dense layers cost the same
 per token, and attention costs 4·ℓ²·hidden per row and layer at the
@@ -77,15 +78,13 @@ def unpadded_padding(inputs, build, num_batches: int, config, bert) -> dict:
       examples.batches(token_budget.sample_batches(len(inputs.schedule)),
                        config.train.batch_size), steps=steps, shards=1,
       attention_groups=config.train.get("attention_groups", 1),
-      attention_weight=token_budget.attention_weight(
-          bert.hidden_size, bert.intermediate_size))
-  dense = 2 * (4 * bert.hidden_size ** 2
-               + 2 * bert.hidden_size * bert.intermediate_size)
-  attention = 4 * bert.hidden_size  # × length² per row
+      attention_weight=token_budget.attention_weight_of(bert))
+  # FLOPs in tokens of the dense layers: attention's per row, × length².
+  dense, attention = 1, token_budget.attention_weight_of(bert)
   real = spent = useful = flops = fits = 0
   attended = attention_flops = 0
-  batches = examples.batches(range(min(num_batches, len(inputs.schedule))),
-                             config.train.batch_size)
+  batches = list(examples.batches(
+      range(min(num_batches, len(inputs.schedule))), config.train.batch_size))
   for batch in batches:
     masks = np.stack([e["attention_mask"] for e in batch])
     if steps > 1:  # Balanced micro-batches, as `best_jax train` feeds them.

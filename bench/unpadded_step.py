@@ -6,9 +6,10 @@
 Builds the experiment's inputs and ranker as `best_jax train` does, the
 first `--steps` FirstP batches of the schedule (`experiment.examples`), and
 the budgets `best_jax train` chooses with `train.unpadded`
-(`train.token_budget.choose_budgets` on 64 batches spread over the
-schedule; with `train.accumulation_steps` above 1 each batch's
-micro-batches balanced as the pipeline balances them). Then times the
+(`train.token_budget.choose_budgets` on `SAMPLE_BATCHES` (128) batches
+spread over the schedule, `token_budget.sample_batches`; with
+`train.accumulation_steps` above 1 each batch's micro-batches balanced as
+the pipeline balances them). Then times the
 jitted, donated `trainer.train_step` over those batches with padded
 rows, as `best_jax train` runs it with `train.unpadded`
 (`token_budget.UnpaddedSteps`: the first budget a batch fits, or padded),
@@ -70,8 +71,7 @@ def main(argv=None) -> int:
                      t.batch_size),
       steps=steps, shards=shards,
       attention_groups=t.get("attention_groups", 1),
-      attention_weight=token_budget.attention_weight(
-          ranker.encoder.hidden_size, ranker.encoder.intermediate_size))
+      attention_weight=token_budget.attention_weight_of(ranker.encoder))
   tokens = [b.tokens for b in budgets]
   if not budgets:
     print("the budget rule leaves these rows padded: nothing to compare")

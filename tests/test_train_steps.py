@@ -13,6 +13,7 @@ from flax import nnx
 
 from best_jax.data.pipeline import Feature
 from best_jax.experiment import stages as stages_lib
+from best_jax.experiment.examples import GroupExamples
 from best_jax.experiment.workdir import Workdir
 from best_jax.models.bert_config import BertConfig
 from best_jax.models.ranker import CrossEncoderRanker
@@ -532,7 +533,7 @@ def test_in_batch_negatives_of_a_bi_encoder():
   np.testing.assert_allclose(float(loss_sum), want, rtol=2e-5)
 
 
-def test_the_budget_encodes_the_first_batches_in_the_fewest_tokens():
+def test_the_budget_encodes_the_sampled_batches_in_the_fewest_tokens():
   """Four batches of two one-row examples (one unit of 2 × 128 slots):
   T = 128 fits three of them, the fourth (220 tokens) then runs padded at
   256: 3 · 128 + 256 = 640 < 4 · 256 (T = 256 would cost 1024), and no
@@ -598,7 +599,8 @@ def _chosen(batches, **units):
   return tuple(b.tokens for b in _budgets(batches, **units)) or None
 
 
-MINILM = token_budget.attention_weight(384, 1536)  # 1/2304
+MINILM = token_budget.attention_weight_of(
+    BertConfig(hidden_size=384, num_heads=12, intermediate_size=1536))
 
 
 def _long_rows(*counts):
@@ -633,13 +635,33 @@ def test_attention_groups_hold_the_sampled_rows_and_a_row_of_slack():
 
 def test_the_budgets_are_chosen_from_batches_spread_over_the_schedule():
   """`SAMPLE_BATCHES` batches from the first to the last, all of a shorter
-  schedule."""
+  schedule; each built whole from the schedule's groups, and not counted as
+  a training example built."""
   sample = token_budget.sample_batches(1000)
   assert len(sample) == token_budget.SAMPLE_BATCHES
   assert sample[0] == 0 and sample[-1] == 999
   assert np.all(np.diff(sample) >= 7)
   np.testing.assert_array_equal(token_budget.sample_batches(50),
                                 np.arange(50))
+  examples = GroupExamples([["a", "b"], ["c", "d"], ["e"]],
+                           lambda index, group: (index, group))
+  assert list(examples.batches([2, 0], 2)) == [[(4, "e")],
+                                                [(0, "a"), (1, "b")]]
+  assert examples.built == 0
+
+
+def test_attention_is_weighed_against_the_dense_layers():
+  """MiniLM-L6's attention costs 4 · 384 per row and squared length
+  against 2 · (4 · 384² + 2 · 384 · 1,536) per token; rows of 58 of 64
+  tokens, all in the longest length group, save 9.4% of the tokens but,
+  when attention costs a token per squared length, 0.1% of the FLOPs, and
+  get no budget."""
+  assert MINILM == pytest.approx(1 / 2304)
+  batches = [[{"attention_mask": np.arange(64) < 58}] * 32] * 4
+  assert _chosen(batches, steps=1, shards=1) == (1856,)
+  assert token_budget.choose_budgets(batches, steps=1, shards=1,
+                                     attention_groups=3,
+                                     attention_weight=1.0) == ()
 
 
 def test_a_third_size_only_when_it_saves_enough():
@@ -655,17 +677,20 @@ def test_a_third_size_only_when_it_saves_enough():
     assert _chosen(batches, steps=1, shards=1) == (256,)
   with mock.patch.object(token_budget, "MAX_BUDGETS", 2):
     assert len(_chosen(batches, steps=1, shards=1)) == 2
+  # Two sizes tried of the three: the smallest and the largest.
+  with mock.patch.object(token_budget, "CANDIDATE_SIZES", 2):
+    assert _chosen(batches, steps=1, shards=1) == (128, 384)
 
 
 def test_fewer_attention_groups_take_the_cheapest_lengths():
-  """32 rows, 8 of them up to each of 1/8 … 4/8 of the length, 2 above
-  that (the capacity above each group's shorter neighbour): with eight
+  """32 rows: 6 up to 1/8 of the length, 8 up to each of 2/8 … 4/8, 2
+  longer (the most rows above each group's shorter neighbour): with eight
   groups each holds its rows; with two, the rows up to 4/8 share one group
   (30 · 4² + 2 · 8² attended, less than any other split)."""
-  capacity = np.asarray([32, 26, 18, 10, 2, 2, 2, 2])
-  assert token_budget.group_rows(capacity, 8) == (6, 8, 8, 8, 0, 0, 0, 2)
-  assert token_budget.group_rows(capacity, 2) == (0, 0, 0, 30, 0, 0, 0, 2)
-  assert token_budget.group_rows(capacity, 1) == (0, 0, 0, 0, 0, 0, 0, 32)
+  above = np.asarray([32, 26, 18, 10, 2, 2, 2, 2])
+  assert token_budget.group_rows(above, 8) == (6, 8, 8, 8, 0, 0, 0, 2)
+  assert token_budget.group_rows(above, 2) == (0, 0, 0, 30, 0, 0, 0, 2)
+  assert token_budget.group_rows(above, 1) == (0, 0, 0, 0, 0, 0, 0, 32)
 
 
 def test_two_budgets_can_pass_where_neither_alone_saves_enough():
@@ -698,12 +723,23 @@ def test_the_largest_budget_bounds_every_budget_a_run_chooses():
                          rng.integers(1, length // 2, (12, 2)))
       batches.append([{"attention_mask": np.arange(length) < n[:, None]}
                       for n in lengths])
-    budgets = token_budget.choose_budgets(batches, steps=steps,
-                                          shards=shards, attention_groups=3,
-                                          attention_weight=MINILM)
-    # 300 is not a multiple of 64: a size rounded up past it would cost more
-    # than the padded rows, so none is chosen.
-    assert budgets
-    for budget in budgets:
-      assert budget.tokens <= bound.tokens
-      assert sum(budget.rows) <= 6
+    # 300 is not a multiple of 64: sizes are rounded up to 320 and cut
+    # back to 300, however much the attention groups save (with attention
+    # that dear, the longer rows may leave too little to save: no budget).
+    for weight in (MINILM, 0.2, 1.0):
+      budgets = token_budget.choose_budgets(
+          batches, steps=steps, shards=shards, attention_groups=3,
+          attention_weight=weight)
+      assert budgets or weight > MINILM
+      for budget in budgets:
+        assert budget.tokens <= bound.tokens
+        assert sum(budget.rows) <= 6
+  # Units of 262 tokens (four rows of 50, two of 31) round up to 320; when
+  # attention is dear, the row in the 32-token group saves more than the 20
+  # tokens over the bound, but the size stays the bound's 300.
+  lengths = np.asarray([[50, 50], [50, 50], [31, 31]])
+  batch = [{"attention_mask": np.arange(length) < n[:, None]} for n in lengths]
+  [budget] = token_budget.choose_budgets(
+      [batch] * 4, steps=1, shards=1, attention_groups=3,
+      attention_weight=0.2)
+  assert budget == TokenBudget(300, (0, 0, 0, 0, 1, 0, 0, 5))

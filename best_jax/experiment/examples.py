@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import zlib
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -205,13 +205,11 @@ class GroupExamples:
     return self._build(index, self._groups[index])
 
   def batches(self, indices: Iterable[int], batch_size: int
-              ) -> list[list[Example]]:
+              ) -> Iterator[list[Example]]:
     """The global batches `indices` of the schedule (batch b: examples
-    b · `batch_size` onwards; the last may be short), built whole (and not
-    counted): the same on every process."""
-    out = []
+    b · `batch_size` onwards; the last may be short), each built whole (and
+    not counted) when it is reached: the same on every process."""
     for b in indices:
       stop = min((b + 1) * batch_size, len(self._groups))
-      out.append([self._build(i, self._groups[i])
-                  for i in range(b * batch_size, stop)])
-    return out
+      yield [self._build(i, self._groups[i])
+             for i in range(b * batch_size, stop)]

@@ -74,8 +74,7 @@ def _unpadded_budgets(config: ml_collections.ConfigDict, ranker: Ranker,
       steps=t.get("accumulation_steps", 1),
       shards=token_budget.data_shards(ranker.trainer.batch_sharding),
       attention_groups=t.get("attention_groups", 1),
-      attention_weight=token_budget.attention_weight(
-          ranker.encoder.hidden_size, ranker.encoder.intermediate_size))
+      attention_weight=token_budget.attention_weight_of(ranker.encoder))
 
 
 def joint_plan(config: ml_collections.ConfigDict, inputs: Inputs,

@@ -44,23 +44,19 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 import jax
 import numpy as np
 
+from best_jax.models.bert_config import BertConfig
 from best_jax.models.unpadding import TokenBudget, group_lengths
 from best_jax.train import distributed
 
-# The budgets are chosen from this many batches, evenly spaced over the
-# schedule (all of a shorter one), with sizes T in multiples of MULTIPLE;
-# up to MAX_BUDGETS sizes: they must save 5% of the padded rows' FLOPs over
-# those batches, and more sizes are kept only when they cost MIN_SAVING
-# less than the fewer sizes that already save 5% (if any do). On
-# squad_longdoc `:cpu` at 4 micro-batches this took the joint step's
-# padding from 13.2% to 10.7% of FLOPs, FirstP's from 10.2% to 8.2%; at
-# the full config's 512-token rows MaxP-all's from 24.1% (74 of 400
-# batches padded) to 13.5% (`bench/padding_waste.py`).
+# `choose_budgets`' rules: a sample of SAMPLE_BATCHES batches; stream sizes
+# in multiples of MULTIPLE, CANDIDATE_SIZES of the sample's tried (its
+# largest always), at most MAX_BUDGETS of them, each beyond the first kept
+# only when it saves MIN_SAVING of the FLOPs.
 SAMPLE_BATCHES = 128
 MULTIPLE = 64
 MAX_BUDGETS = 3
 MIN_SAVING = 0.01
-CANDIDATE_SIZES = 32  # Sizes tried: spread over the sample's, the largest too.
+CANDIDATE_SIZES = 32
 # Attention runs on rows grouped by length, at some of ATTENTION_GROUPS
 # lengths (L/8, 2L/8, …, L; `train.attention_groups` of them at most, each
 # one more attention per layer to compile); each group holds the most rows
@@ -78,12 +74,13 @@ def sample_batches(num_batches: int) -> np.ndarray:
                    ).astype(int)
 
 
-def attention_weight(hidden_size: int, intermediate_size: int) -> float:
+def attention_weight_of(config: BertConfig) -> float:
   """Attention's FLOPs per row and squared length (4 · hidden: scores and
-  weighted values), in tokens of the dense layers' FLOPs (2 · (4 · hidden²
+  weighted values) in tokens of the dense layers' FLOPs (2 · (4 · hidden²
   + 2 · hidden · intermediate): projections and feed-forward)."""
-  return 4 * hidden_size / (2 * (4 * hidden_size ** 2
-                                 + 2 * hidden_size * intermediate_size))
+  hidden = config.hidden_size
+  return 4 * hidden / (2 * (4 * hidden ** 2
+                            + 2 * hidden * config.intermediate_size))
 
 
 def data_shards(sharding: jax.NamedSharding | None) -> int:
@@ -180,12 +177,12 @@ def rows_above(mask: np.ndarray, units: np.ndarray,
                    for g in range(groups)], axis=1).max(0)
 
 
-def group_rows(capacity: np.ndarray, most: int) -> tuple[int, ...]:
-  """Rows per attention group for units with at most `capacity` rows above
-  each group's shorter neighbour: of the ways to leave at most `most`
+def group_rows(most_above: np.ndarray, most: int) -> tuple[int, ...]:
+  """Rows per attention group for units with at most `most_above` rows
+  above each group's shorter neighbour: of the ways to leave at most `most`
   groups non-empty (the longest always), the one that attends the fewest
   (rows · length²)."""
-  cumulative = np.asarray(capacity)
+  cumulative = np.asarray(most_above)
   count = len(cumulative)
   best, best_cost = None, math.inf
   for k in range(most):
@@ -229,10 +226,9 @@ def choose_budgets(batches: Iterable[list[Mapping[str, np.ndarray]]], *,
   balanced as the pipeline balances them, `balance_micro_batches`) in the
   fewest FLOPs (a token: 1; a row attended at length ℓ: `attention_weight`
   · ℓ²), each batch in the smallest T its largest unit fits, one that fits
-  none or whose rows do not fit the groups counted padded; () when that
-  saves under 5% of the padded rows' FLOPs. A batch shorter than the first
-  (the last; the pipeline pads it) is left out, and so are all when they
-  do not split into whole units."""
+  none counted padded; () when that saves under 5% of the padded rows'
+  FLOPs. A batch shorter than the first (the last; the pipeline pads it)
+  is left out, and so are all when they do not split into whole units."""
   needs, aboves, capacity, rows, length, size = [], [], 0, 0, 0, None
   for examples in batches:
     size = size or len(examples)
@@ -252,28 +248,27 @@ def choose_budgets(batches: Iterable[list[Mapping[str, np.ndarray]]], *,
   if not needs:
     return ()
   needs, aboves = np.asarray(needs), np.asarray(aboves)
-  squares = np.asarray(group_lengths(length, ATTENTION_GROUPS)) ** 2
-  padded = capacity + attention_weight * rows * length ** 2
-  sizes = np.unique(-(-needs // MULTIPLE) * MULTIPLE)
-  sizes = sizes[np.unique(np.linspace(0, len(sizes) - 1, min(
-      CANDIDATE_SIZES, len(sizes))).round().astype(int))]
   groups = (group_rows(np.minimum(aboves.max(0) + ROW_SLACK, rows),
                        attention_groups) if attention_groups > 1 else ())
-  if groups:
-    attended = attention_weight * float(np.dot(groups, squares))
-    fit = np.all(aboves <= np.cumsum(groups[::-1])[::-1], axis=1)
-  else:
-    attended, fit = attention_weight * rows * length ** 2, True
-  # The cheapest sizes: more only when they save MIN_SAVING over fewer
-  # that already save 5% of the padded rows' FLOPs.
+  # A unit's attention (every sampled batch fits the groups) and a padded
+  # batch's whole cost, in tokens.
+  attended = attention_weight * float(
+      np.dot(groups, np.asarray(group_lengths(length, len(groups))) ** 2)
+      if groups else rows * length ** 2)
+  padded = capacity + attention_weight * rows * length ** 2
+  sizes = np.unique(np.minimum(-(-needs // MULTIPLE) * MULTIPLE, capacity))
+  sizes = sizes[np.unique(np.linspace(0, len(sizes) - 1, min(
+      CANDIDATE_SIZES, len(sizes))).round().astype(int))]
   chosen, limit = (), 0.95 * padded * len(needs)
   for count in range(1, min(MAX_BUDGETS, len(sizes)) + 1):
     candidates = np.asarray(list(itertools.combinations(sizes, count)))
     # Each batch at the smallest size it fits, else padded.
-    smallest = np.where(candidates[:, None, :] >= needs[:, None],
-                        candidates[:, None, :], np.inf).min(-1)
-    cost = np.where(fit & np.isfinite(smallest), smallest + attended,
-                    padded).sum(-1)
+    fits = candidates[:, None, :] >= needs[:, None]  # [candidates, n, count]
+    smallest = np.where(fits, candidates[:, None, :],
+                        capacity + 1).min(-1)  # [candidates, n]
+    unpadded = smallest <= capacity
+    cost = (np.where(unpadded, smallest, 0).sum(-1)
+            + unpadded.sum(-1) * attended + (~unpadded).sum(-1) * padded)
     i = int(cost.argmin())
     if cost[i] < limit:
       chosen = tuple(TokenBudget(int(t), groups) for t in candidates[i])
