@@ -66,12 +66,17 @@ ATTENTION_GROUPS = 8
 ROW_SLACK = 1
 
 
+def evenly_spaced(count: int, size: int) -> np.ndarray:
+  """`count` indices into `size` items, evenly spaced from the first to the
+  last (all of them when fewer)."""
+  return np.unique(np.linspace(0, size - 1, min(count, size)).round()
+                   ).astype(int)
+
+
 def sample_batches(num_batches: int) -> np.ndarray:
   """The indices of `SAMPLE_BATCHES` of a schedule's `num_batches` global
-  batches, evenly spaced from the first to the last (all when fewer)."""
-  count = min(SAMPLE_BATCHES, num_batches)
-  return np.unique(np.linspace(0, num_batches - 1, count).round()
-                   ).astype(int)
+  batches, evenly spaced (`evenly_spaced`)."""
+  return evenly_spaced(SAMPLE_BATCHES, num_batches)
 
 
 def attention_weight_of(config: BertConfig) -> float:
@@ -257,8 +262,7 @@ def choose_budgets(batches: Iterable[list[Mapping[str, np.ndarray]]], *,
       if groups else rows * length ** 2)
   padded = capacity + attention_weight * rows * length ** 2
   sizes = np.unique(np.minimum(-(-needs // MULTIPLE) * MULTIPLE, capacity))
-  sizes = sizes[np.unique(np.linspace(0, len(sizes) - 1, min(
-      CANDIDATE_SIZES, len(sizes))).round().astype(int))]
+  sizes = sizes[evenly_spaced(CANDIDATE_SIZES, len(sizes))]
   chosen, limit = (), 0.95 * padded * len(needs)
   for count in range(1, min(MAX_BUDGETS, len(sizes)) + 1):
     candidates = np.asarray(list(itertools.combinations(sizes, count)))
