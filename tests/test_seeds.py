@@ -7,7 +7,7 @@ import pytest
 from scipy import stats
 
 from best_jax.cli import main
-from best_jax.evaluate import seeds
+from best_jax.evaluate import report, seeds
 
 
 def _workdir(tmp_path, seed, runs, queries=("q1", "q2", "q3", "q4")):
@@ -96,3 +96,17 @@ def test_seeds_plot_dev_curves_over_seeds(tmp_path):
   plot = tmp_path / "curves.png"
   assert main(["seeds", *workdirs, "--plot", str(plot)]) == 0
   assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_far_curve_gets_its_own_panel():
+  """The bi-encoders' FirstP (dev MRR@10 ~0.64) beside MaxP, GoldP and BeST
+  (0.907-0.922): two y ranges, each holding its curves, so that the close
+  ones do not draw as one flat line; curves close together: one range."""
+  close = [(0.907, 0.910), (0.914, 0.917), (0.920, 0.922), (0.911, 0.911)]
+  [(low, high)] = report.y_bands(close)
+  assert low < 0.907 and high > 0.922 and high - low < 0.03
+  lower, upper = report.y_bands(close + [(0.640, 0.641)])
+  assert lower[0] < 0.640 < 0.641 < lower[1] < 0.7
+  assert upper[0] < 0.907 and upper[1] > 0.922 and upper[1] - upper[0] < 0.03
+  # The cross-encoders' curves (0.52-0.78, overlapping bands): one range.
+  assert len(report.y_bands([(0.52, 0.63), (0.53, 0.69), (0.53, 0.78)])) == 1

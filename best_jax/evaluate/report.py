@@ -191,25 +191,73 @@ def plot_learning_curves(histories: Mapping[str, Sequence[Mapping]],
   _save(fig, path)
 
 
+def y_bands(intervals: Sequence[tuple[float, float]]
+            ) -> list[tuple[float, float]]:
+  """The y ranges a plot of these (low, high) intervals draws, lowest
+  first: one, or two (a broken axis) when the widest gap between them
+  takes more than half the whole range, so that curves close together
+  (BeST above GoldP above MaxP) stay apart on the page beside a far one
+  (FirstP)."""
+  clusters = []
+  for low, high in sorted(intervals):
+    if clusters and low <= clusters[-1][1]:
+      clusters[-1][1] = max(clusters[-1][1], high)
+    else:
+      clusters.append([low, high])
+  if not clusters:
+    return []
+  span = clusters[-1][1] - clusters[0][0]
+  gaps = [(b[0] - a[1], i) for i, (a, b) in
+          enumerate(zip(clusters, clusters[1:]), 1)]
+  gap, split = max(gaps, default=(0.0, 0))
+  groups = ([clusters[:split], clusters[split:]] if span and gap > span / 2
+            else [clusters])
+  bands = []
+  for group in groups:
+    low, high = group[0][0], max(c[1] for c in group)
+    pad = max(0.1 * (high - low), 0.005)
+    bands.append((low - pad, high + pad))
+  return bands
+
+
 def plot_curves(curves: Mapping[str, Mapping[str, Sequence[float]]],
                 path: str, *, title: str = "",
                 references: Mapping[str, float] | None = None) -> None:
   """Dev MRR@10 against training groups: one line per curve
   (`{"groups", "mean", "std"}`, e.g. `seeds.dev_curves`) with a ± std band;
-  `references` as dashed horizontal lines."""
-  fig, ax = plt.subplots(figsize=(6.4, 3.8))
-  for label, curve in curves.items():
-    x = np.asarray(curve["groups"])
-    mean, std = np.asarray(curve["mean"]), np.asarray(curve["std"])
-    [line] = ax.plot(x, mean, marker="o", label=label)
-    ax.fill_between(x, mean - std, mean + std, color=line.get_color(),
-                    alpha=0.2, linewidth=0)
-  _draw_references(ax, references)
-  ax.set_xlabel("training groups")
-  ax.set_ylabel("dev MRR@10")
-  ax.set_title(title, fontsize=9)
-  if ax.lines:
-    ax.legend(fontsize=7)
+  `references` as dashed horizontal lines. A far curve gets its own panel
+  below a broken y axis (`y_bands`)."""
+  references = dict(references or {})
+  intervals = [(float(np.min(np.subtract(c["mean"], c["std"]))),
+                float(np.max(np.add(c["mean"], c["std"]))))
+               for c in curves.values() if len(c["mean"])]
+  bands = y_bands(intervals + [(v, v) for v in references.values()]) or [
+      (0.0, 1.0)]
+  fig, axes = plt.subplots(
+      len(bands), 1, sharex=True, squeeze=False,
+      figsize=(6.4, 3.8 if len(bands) == 1 else 4.8),
+      gridspec_kw={"height_ratios": [2, 1][:len(bands)]})
+  axes = axes[:, 0]
+  for ax, (low, high) in zip(axes, reversed(bands)):  # The highest on top.
+    ax.set_prop_cycle(None)
+    for label, curve in curves.items():
+      x = np.asarray(curve["groups"])
+      mean, std = np.asarray(curve["mean"]), np.asarray(curve["std"])
+      [line] = ax.plot(x, mean, marker="o", label=label)
+      ax.fill_between(x, mean - std, mean + std, color=line.get_color(),
+                      alpha=0.2, linewidth=0)
+    _draw_references(ax, {n: v for n, v in references.items()
+                          if low <= v <= high})
+    ax.set_ylim(low, high)
+    ax.set_ylabel("dev MRR@10")
+  if len(axes) > 1:  # The break: no spine between the two panels.
+    axes[0].spines["bottom"].set_visible(False)
+    axes[1].spines["top"].set_visible(False)
+    axes[0].tick_params(bottom=False)
+  axes[-1].set_xlabel("training groups")
+  axes[0].set_title(title, fontsize=9)
+  if curves:
+    axes[0].legend(fontsize=7)
   fig.tight_layout()
   _save(fig, path)
 
