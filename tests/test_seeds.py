@@ -98,15 +98,30 @@ def test_seeds_plot_dev_curves_over_seeds(tmp_path):
   assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_a_far_curve_gets_its_own_panel():
+def test_a_far_curve_gets_its_own_panel(tmp_path, monkeypatch):
   """The bi-encoders' FirstP (dev MRR@10 ~0.64) beside MaxP, GoldP and BeST
-  (0.907-0.922): two y ranges, each holding its curves, so that the close
-  ones do not draw as one flat line; curves close together: one range."""
+  (0.907-0.922): two y ranges that do not overlap, each holding its curves,
+  so that the close ones do not draw as one flat line; curves close
+  together, however spaced, stay on one axis."""
   close = [(0.907, 0.910), (0.914, 0.917), (0.920, 0.922), (0.911, 0.911)]
   [(low, high)] = report.y_bands(close)
   assert low < 0.907 and high > 0.922 and high - low < 0.03
   lower, upper = report.y_bands(close + [(0.640, 0.641)])
-  assert lower[0] < 0.640 < 0.641 < lower[1] < 0.7
-  assert upper[0] < 0.907 and upper[1] > 0.922 and upper[1] - upper[0] < 0.03
+  assert lower[0] < 0.640 < 0.641 < lower[1] < upper[0] < 0.907
+  assert upper[1] > 0.922 and upper[1] - upper[0] < 0.03
+  # Close curves with a gap wider than half their range: one axis.
+  assert len(report.y_bands([(0.907, 0.910), (0.911, 0.911),
+                             (0.920, 0.922)])) == 1
+  assert len(report.y_bands([(0.900, 0.900), (0.910, 0.910)])) == 1
   # The cross-encoders' curves (0.52-0.78, overlapping bands): one range.
   assert len(report.y_bands([(0.52, 0.63), (0.53, 0.69), (0.53, 0.78)])) == 1
+  assert report.y_bands([(np.nan, np.nan)]) == []
+  figures = []
+  monkeypatch.setattr(report, "_save", lambda fig, path: figures.append(fig))
+  curve = {"groups": [320, 640], "std": [0.0, 0.0]}
+  report.plot_curves({"FirstP": {**curve, "mean": [0.641, np.nan]},
+                      "BeST-1": {**curve, "mean": [0.920, 0.921]}},
+                     str(tmp_path / "c.png"), references={"θ0": 0.911})
+  top, bottom = figures[0].axes
+  assert top.get_ylim()[0] < 0.911 < 0.921 < top.get_ylim()[1]
+  assert bottom.get_ylim()[0] < 0.641 < bottom.get_ylim()[1] < 0.9

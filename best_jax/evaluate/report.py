@@ -133,6 +133,9 @@ def _save(fig, path: str) -> None:
   plt.close(fig)
 
 
+_MIN_PAD = 0.005  # Of MRR@10: the least room above and below a plot's curves.
+
+
 def _draw_references(ax, references: Mapping[str, float] | None) -> None:
   """Dashed horizontal lines, each labelled at the left edge."""
   for name, value in (references or {}).items():
@@ -194,28 +197,35 @@ def plot_learning_curves(histories: Mapping[str, Sequence[Mapping]],
 def y_bands(intervals: Sequence[tuple[float, float]]
             ) -> list[tuple[float, float]]:
   """The y ranges a plot of these (low, high) intervals draws, lowest
-  first: one, or two (a broken axis) when the widest gap between them
-  takes more than half the whole range, so that curves close together
-  (BeST above GoldP above MaxP) stay apart on the page beside a far one
-  (FirstP)."""
+  first, padded and never overlapping: none for no (finite) interval, one,
+  or two (a broken axis) when the widest gap between them takes more than
+  half the whole range and four times the wider side's own range (at least
+  `_MIN_PAD`), so that curves close together (BeST above GoldP above MaxP)
+  stay apart on the page beside a far one (FirstP)."""
   clusters = []
-  for low, high in sorted(intervals):
+  for low, high in sorted(i for i in intervals if np.all(np.isfinite(i))):
     if clusters and low <= clusters[-1][1]:
       clusters[-1][1] = max(clusters[-1][1], high)
     else:
       clusters.append([low, high])
   if not clusters:
     return []
-  span = clusters[-1][1] - clusters[0][0]
+  def extent(group):
+    return group[0][0], max(c[1] for c in group)
+  groups = [clusters]
   gaps = [(b[0] - a[1], i) for i, (a, b) in
           enumerate(zip(clusters, clusters[1:]), 1)]
-  gap, split = max(gaps, default=(0.0, 0))
-  groups = ([clusters[:split], clusters[split:]] if span and gap > span / 2
-            else [clusters])
+  if gaps:
+    gap, split = max(gaps)
+    low, high = extent(clusters)
+    widest = max(np.ptp(extent(g)) for g in (clusters[:split],
+                                              clusters[split:]))
+    if gap > (high - low) / 2 and gap > 4 * max(widest, _MIN_PAD):
+      groups = [clusters[:split], clusters[split:]]
   bands = []
   for group in groups:
-    low, high = group[0][0], max(c[1] for c in group)
-    pad = max(0.1 * (high - low), 0.005)
+    low, high = extent(group)
+    pad = max(0.1 * (high - low), _MIN_PAD)
     bands.append((low - pad, high + pad))
   return bands
 
@@ -225,12 +235,14 @@ def plot_curves(curves: Mapping[str, Mapping[str, Sequence[float]]],
                 references: Mapping[str, float] | None = None) -> None:
   """Dev MRR@10 against training groups: one line per curve
   (`{"groups", "mean", "std"}`, e.g. `seeds.dev_curves`) with a ± std band;
-  `references` as dashed horizontal lines. A far curve gets its own panel
-  below a broken y axis (`y_bands`)."""
+  `references` as dashed horizontal lines. Curves far apart get a panel
+  each, above and below a broken y axis (`y_bands`); NaN points are
+  gaps."""
   references = dict(references or {})
-  intervals = [(float(np.min(np.subtract(c["mean"], c["std"]))),
-                float(np.max(np.add(c["mean"], c["std"]))))
-               for c in curves.values() if len(c["mean"])]
+  intervals = [(np.nanmin(np.subtract(c["mean"], c["std"])),
+                np.nanmax(np.add(c["mean"], c["std"])))
+               for c in curves.values()
+               if np.isfinite(np.asarray(c["mean"], float)).any()]
   bands = y_bands(intervals + [(v, v) for v in references.values()]) or [
       (0.0, 1.0)]
   fig, axes = plt.subplots(
