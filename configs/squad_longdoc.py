@@ -49,8 +49,8 @@ WORKDIR/data, prepared when absent).
 
 Measured figures: README, "The demo's result" (runlocal), and "The
 cross-encoder family at the current config" (`cpu` with FirstP, MaxP and
-GoldP over three seeds; BeST over three: seed 2 at a3f4ef8, seeds 0 and
-1 at 491fac0 and dbf29cd, those two pooled).
+GoldP over three seeds; BeST with FirstP and MaxP over three more,
+pooled: seeds 0, 1 and 2 at 491fac0, dbf29cd and f2238a2).
 """
 
 import ml_collections
