@@ -125,3 +125,35 @@ def test_a_far_curve_gets_its_own_panel(tmp_path, monkeypatch):
   top, bottom = figures[0].axes
   assert top.get_ylim()[0] < 0.911 < 0.921 < top.get_ylim()[1]
   assert bottom.get_ylim()[0] < 0.641 < bottom.get_ylim()[1] < 0.9
+
+
+def test_learning_curves_share_the_broken_dev_axis(tmp_path, monkeypatch):
+  """The per-run plot every `best_jax train` writes: FirstP's first-passage
+  dev MRR@10 far below the rest gets its own dev panel there too, and each
+  model keeps one colour from the loss panel to the dev panels."""
+  figures = []
+  monkeypatch.setattr(report, "_save", lambda fig, path: figures.append(fig))
+  histories = {
+      "FirstP": [{"step": 10, "loss": 1.5},
+                 {"step": 20, "loss": 1.3, "dev_mrr_first": 0.641,
+                  "dev_mrr_max": 0.910}],
+      "BeST-1": [{"step": 10, "loss": 0.1},
+                 {"step": 20, "loss": 0.05, "dev_mrr_max": 0.921}]}
+  report.plot_learning_curves(histories, str(tmp_path / "l.png"),
+                              groups_per_step=16,
+                              references={"Zero-shot": 0.911})
+  loss_ax, top, bottom = figures[0].axes
+  assert top.get_ylim()[0] < 0.910 < 0.921 < top.get_ylim()[1]
+  assert bottom.get_ylim()[0] < 0.641 < bottom.get_ylim()[1] < 0.9
+  colors = {line.get_label(): line.get_color() for line in loss_ax.lines}
+  for line in top.get_lines():
+    name = line.get_label().split(" (")[0]
+    if name in colors:
+      assert line.get_color() == colors[name], line.get_label()
+  assert [x for line in loss_ax.lines for x in line.get_xdata()][:2] == [
+      160, 320]
+  # One model: one axis.
+  figures.clear()
+  report.plot_learning_curves({"BeST-1": histories["BeST-1"]},
+                              str(tmp_path / "m.png"))
+  assert len(figures[0].axes) == 2

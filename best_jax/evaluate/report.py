@@ -168,29 +168,31 @@ def plot_learning_curves(histories: Mapping[str, Sequence[Mapping]],
                          ) -> None:
   """Training loss and dev MRR@10 against the training groups seen (step ·
   `groups_per_step`), one line per model; `references` (e.g. the zero-shot
-  model's dev MRR@10) as dashed horizontal lines."""
-  fig, (loss_ax, dev_ax) = plt.subplots(1, 2, figsize=(9, 3.2))
-  for name, history in histories.items():
+  model's dev MRR@10) as dashed horizontal lines. The dev side breaks its
+  y axis as `plot_curves` does."""
+  unit = "training groups" if groups_per_step > 1 else "step"
+  curves = {}
+  fig = plt.figure(layout="constrained")
+  grid = fig.add_gridspec(1, 2)
+  loss_ax = fig.add_subplot(grid[0])
+  for index, (name, history) in enumerate(histories.items()):
+    color = f"C{index % 10}"  # One colour per model in both panels.
     losses = [(h["step"] * groups_per_step, h["loss"]) for h in history
               if "loss" in h]
     if losses:
-      loss_ax.plot(*zip(*losses), label=name)
-    for key in sorted({k for h in history for k in h
-                       if k.startswith("dev_mrr")}):
-      devs = [(h["step"] * groups_per_step, h[key]) for h in history
-              if key in h]
-      dev_ax.plot(*zip(*devs), marker="o",
-                  label=f"{name} ({key.removeprefix('dev_mrr_')})")
-  _draw_references(dev_ax, references)
-  unit = "training groups" if groups_per_step > 1 else "step"
+      loss_ax.plot(*zip(*losses), label=name, color=color)
+    keys = sorted({k for h in history for k in h if k.startswith("dev_mrr")})
+    for k, key in enumerate(keys):  # One marker per aggregation.
+      steps, devs = zip(*[(h["step"], h[key]) for h in history if key in h])
+      curves[f"{name} ({key.removeprefix('dev_mrr_')})"] = {
+          "groups": np.multiply(steps, groups_per_step), "mean": devs,
+          "style": {"color": color, "marker": "os^v"[k % 4]}}
   loss_ax.set_xlabel(unit)
   loss_ax.set_ylabel("training loss")
-  dev_ax.set_xlabel(unit)
-  dev_ax.set_ylabel("dev MRR@10")
-  for ax in (loss_ax, dev_ax):
-    if ax.lines:
-      ax.legend(fontsize=7)
-  fig.tight_layout()
+  if loss_ax.lines:
+    loss_ax.legend(fontsize=7)
+  axes = _draw_dev_curves(fig, grid[1], curves, references, xlabel=unit)
+  fig.set_size_inches(9, 3.2 if len(axes) == 1 else 4.2)
   _save(fig, path)
 
 
@@ -230,6 +232,57 @@ def y_bands(intervals: Sequence[tuple[float, float]]
   return bands
 
 
+def _draw_dev_curves(fig, slot, curves: Mapping[str, Mapping[str, Any]],
+                     references: Mapping[str, float] | None, *,
+                     xlabel: str, title: str = "") -> list:
+  """Its axes, top first: dev MRR@10 curves (`{"groups", "mean"}`,
+  optionally `"std"`, a ± band, and `"style"`, `plot` keywords)
+  in the figure's `slot`, on one axis or, when `y_bands` splits them, on two
+  stacked panels with break marks between; `references` as dashed lines in
+  the panel holding them. NaN points are gaps."""
+  references = dict(references or {})
+  intervals = []
+  for curve in curves.values():
+    mean = np.asarray(curve["mean"], float)
+    std = np.asarray(curve.get("std", np.zeros_like(mean)), float)
+    if np.isfinite(mean).any():
+      intervals.append((np.nanmin(mean - std), np.nanmax(mean + std)))
+  bands = y_bands(intervals + [(v, v) for v in references.values()]) or [
+      (0.0, 1.0)]
+  panels = slot.subgridspec(len(bands), 1, hspace=0.08,
+                            height_ratios=[2, 1][:len(bands)])
+  axes = []
+  for row, (low, high) in enumerate(reversed(bands)):  # The highest on top.
+    ax = fig.add_subplot(panels[row], sharex=axes[0] if axes else None)
+    for label, curve in curves.items():
+      x, mean = np.asarray(curve["groups"]), np.asarray(curve["mean"], float)
+      [line] = ax.plot(x, mean, label=label,
+                       **{"marker": "o", **curve.get("style", {})})
+      if "std" in curve:
+        std = np.asarray(curve["std"], float)
+        ax.fill_between(x, mean - std, mean + std, color=line.get_color(),
+                        alpha=0.2, linewidth=0)
+    _draw_references(ax, {n: v for n, v in references.items()
+                          if low <= v <= high})
+    ax.set_ylim(low, high)
+    ax.set_ylabel("dev MRR@10")
+    axes.append(ax)
+  if len(axes) > 1:  # The break: no spine between the panels, cut marks.
+    top, bottom = axes
+    top.spines["bottom"].set_visible(False)
+    bottom.spines["top"].set_visible(False)
+    top.tick_params(bottom=False, labelbottom=False)
+    cut = dict(marker=[(-1, -0.5), (1, 0.5)], markersize=10, linestyle="none",
+               color="k", mec="k", mew=1, clip_on=False)
+    top.plot([0, 1], [0, 0], transform=top.transAxes, **cut)
+    bottom.plot([0, 1], [1, 1], transform=bottom.transAxes, **cut)
+  axes[-1].set_xlabel(xlabel)
+  axes[0].set_title(title, fontsize=9)
+  if curves:
+    axes[0].legend(fontsize=7)
+  return axes
+
+
 def plot_curves(curves: Mapping[str, Mapping[str, Sequence[float]]],
                 path: str, *, title: str = "",
                 references: Mapping[str, float] | None = None) -> None:
@@ -238,39 +291,10 @@ def plot_curves(curves: Mapping[str, Mapping[str, Sequence[float]]],
   `references` as dashed horizontal lines. Curves far apart get a panel
   each, above and below a broken y axis (`y_bands`); NaN points are
   gaps."""
-  references = dict(references or {})
-  intervals = [(np.nanmin(np.subtract(c["mean"], c["std"])),
-                np.nanmax(np.add(c["mean"], c["std"])))
-               for c in curves.values()
-               if np.isfinite(np.asarray(c["mean"], float)).any()]
-  bands = y_bands(intervals + [(v, v) for v in references.values()]) or [
-      (0.0, 1.0)]
-  fig, axes = plt.subplots(
-      len(bands), 1, sharex=True, squeeze=False,
-      figsize=(6.4, 3.8 if len(bands) == 1 else 4.8),
-      gridspec_kw={"height_ratios": [2, 1][:len(bands)]})
-  axes = axes[:, 0]
-  for ax, (low, high) in zip(axes, reversed(bands)):  # The highest on top.
-    ax.set_prop_cycle(None)
-    for label, curve in curves.items():
-      x = np.asarray(curve["groups"])
-      mean, std = np.asarray(curve["mean"]), np.asarray(curve["std"])
-      [line] = ax.plot(x, mean, marker="o", label=label)
-      ax.fill_between(x, mean - std, mean + std, color=line.get_color(),
-                      alpha=0.2, linewidth=0)
-    _draw_references(ax, {n: v for n, v in references.items()
-                          if low <= v <= high})
-    ax.set_ylim(low, high)
-    ax.set_ylabel("dev MRR@10")
-  if len(axes) > 1:  # The break: no spine between the two panels.
-    axes[0].spines["bottom"].set_visible(False)
-    axes[1].spines["top"].set_visible(False)
-    axes[0].tick_params(bottom=False)
-  axes[-1].set_xlabel("training groups")
-  axes[0].set_title(title, fontsize=9)
-  if curves:
-    axes[0].legend(fontsize=7)
-  fig.tight_layout()
+  fig = plt.figure(layout="constrained")
+  axes = _draw_dev_curves(fig, fig.add_gridspec(1, 1)[0], curves,
+                          references, xlabel="training groups", title=title)
+  fig.set_size_inches(6.4, 3.8 if len(axes) == 1 else 4.8)
   _save(fig, path)
 
 
