@@ -115,7 +115,7 @@ def unpadded_padding(inputs, build, num_batches: int, config, bert) -> dict:
   useful += attended
   flops += attention_flops
   return {"tokens": [b.tokens for b in budgets],
-          "attention_rows": list(budgets[0].rows) if budgets else [],
+          "attention_rows": [list(b.rows) for b in budgets],
           "batches": len(batches), "unpadded_steps": fits,
           "token_padding": 1 - real / spent, "flop_padding": 1 - useful / flops,
           "attention_padding": 1 - attended / attention_flops,
@@ -182,7 +182,8 @@ def main(argv=None) -> int:
       unpadded[name] = result = unpadded_padding(inputs, build, args.batches,
                                                  config, bert)
       print(f"training, {name} unpadded ({result['tokens']} "
-            f"tokens, attention groups of {result['attention_rows']} rows; "
+            f"tokens, attention groups of "
+            f"{' / '.join(map(str, result['attention_rows']))} rows; "
             f"{result['unpadded_steps']} of {result['batches']} "
             f"batches fit): {result['token_padding']:.1%} of tokens, "
             f"{result['flop_padding']:.1%} of FLOPs padding (attention, "

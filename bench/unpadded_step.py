@@ -121,7 +121,8 @@ def main(argv=None) -> int:
   ratio = [p / u for p, u in zip(seconds["padded"], seconds["unpadded"])]
   groups = [f / u for f, u in zip(seconds["unpadded, attention at full length"],
                                   seconds["unpadded"])]
-  result = {"tokens": tokens, "attention_rows": list(budgets[0].rows),
+  result = {"tokens": tokens,
+            "attention_rows": [list(b.rows) for b in budgets],
             "steps": len(batches),
             "row_padding": 1 - real / capacity,
             "unpadded_steps": step_fns["unpadded"].unpadded,
@@ -140,7 +141,8 @@ def main(argv=None) -> int:
         f"{max(ratio):.2f}] the padded step and {statistics.median(groups):.2f}x "
         f"[{min(groups):.2f}, {max(groups):.2f}] the unpadded step with "
         f"attention at full length (attention groups of "
-        f"{result['attention_rows']} rows); load average "
+        f"{' / '.join(map(str, result['attention_rows']))} rows); "
+        f"load average "
         f"{result['load_average'][0]:.1f}")
   if args.json:
     with atomic_write(args.json) as f:

@@ -589,6 +589,40 @@ def test_unpadded_steps_run_the_smallest_budget_that_fits():
   assert step.unpadded == 4
 
 
+def test_a_larger_budget_never_holds_fewer_rows():
+  """The budgets of one step nest: whatever fits a smaller budget's groups
+  fits every larger one's, which `choose_budgets` builds (each holds the
+  smaller's rows) and `UnpaddedSteps` checks, since it runs the first that
+  fits. Batches of 32 rows: the more tokens, the more long rows."""
+  rng = np.random.default_rng(0)
+  batches = [[{"attention_mask": np.arange(64) < n}
+              for n in np.where(rng.random(32) < share, 60,
+                                rng.integers(5, 40, 32))]
+             for share in rng.random(24) * 0.5]
+  budgets = token_budget.choose_budgets(batches, steps=1, shards=1,
+                                        attention_groups=3,
+                                        attention_weight=0.01)
+  assert len(budgets) > 1 and len({b.rows for b in budgets}) > 1
+  for smaller, larger in zip(budgets, budgets[1:]):
+    assert larger.tokens > smaller.tokens
+    assert token_budget.holds_rows(larger.rows, smaller.rows)
+  # Every sampled batch fits a budget: its own or a larger one.
+  units = np.zeros(32, int)
+  for batch in batches:
+    mask = np.stack([e["attention_mask"] for e in batch])
+    assert token_budget.smallest_budget(
+        token_budget.largest_unit(mask, units),
+        token_budget.rows_above(mask, units), budgets) < len(budgets)
+  assert token_budget.holds_rows((0, 3, 2), (1, 2, 2))
+  assert not token_budget.holds_rows((2, 3, 1), (0, 3, 2))
+  assert token_budget.holds_rows((), (0, 3, 2))
+  assert not token_budget.holds_rows((0, 0, 32), ())
+  with pytest.raises(ValueError, match="never fit less"):
+    token_budget.UnpaddedSteps(
+        lambda *a: None, (TokenBudget(64, (0, 3, 2)),
+                          TokenBudget(128, (2, 3, 1))), steps=1, shards=1)
+
+
 def _budgets(batches, **units):
   """`choose_budgets` counting tokens only (`attention_weight` 0)."""
   return token_budget.choose_budgets(batches, attention_weight=0.0, **units)
@@ -611,15 +645,17 @@ def _long_rows(*counts):
 
 
 def test_attention_groups_hold_the_sampled_rows_and_a_row_of_slack():
-  """Units of 32 rows of 64 tokens: the groups (rows up to 8, 16, …, 64
-  tokens) take the most rows the sampled batches had above each group's
-  shorter neighbour, plus one row (`ROW_SLACK`); a batch with more long
-  rows than that runs padded. One group allowed: every row at full
-  length."""
+  """Units of 32 rows of 64 tokens: each budget's groups (rows up to 8, 16,
+  …, 64 tokens) take the most rows its sampled batches had above each
+  group's shorter neighbour, plus one row (`ROW_SLACK`): the batch with one
+  long row (370 tokens) gets a budget of 384 tokens and 2 long rows, those
+  with two (420) one of 448 and 3; a batch with more long rows than that
+  runs padded. One group allowed: every row at full length."""
   budgets = token_budget.choose_budgets(
       _long_rows(2, 2, 1, 2), steps=1, shards=1, attention_groups=2,
       attention_weight=MINILM)
-  assert budgets[0].rows == (0, 29, 0, 0, 0, 0, 0, 3)
+  assert budgets == (TokenBudget(384, (0, 30, 0, 0, 0, 0, 0, 2)),
+                     TokenBudget(448, (0, 29, 0, 0, 0, 0, 0, 3)))
   assert token_budget.choose_budgets(
       _long_rows(2, 2, 1, 2), steps=1, shards=1, attention_groups=1,
       attention_weight=MINILM)[0].rows == ()
@@ -628,7 +664,7 @@ def test_attention_groups_hold_the_sampled_rows_and_a_row_of_slack():
     [batch] = _long_rows(count)
     above = token_budget.rows_above(
         np.stack([e["attention_mask"] for e in batch]), units)
-    assert token_budget.fits_rows(above, budgets[0].rows) == fits
+    assert token_budget.fits_rows(above, budgets[-1].rows) == fits
   mask = jnp.asarray(np.arange(64) < np.asarray([10] * 28 + [60] * 4)[:, None])
   assert token_budget.batch_fit(mask, budgets, 1, 1) == len(budgets)
 

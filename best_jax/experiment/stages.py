@@ -141,14 +141,16 @@ class Stages:
     if budgets:
       step_fn = token_budget.UnpaddedSteps(step_fn, budgets, steps=steps,
                                            shards=shards)
-      rows = budgets[0].rows
-      groups = (f"attention groups (rows up to 1/{len(rows)}, 2/{len(rows)}, "
-                f"... of the row length) of {'/'.join(map(str, rows))} rows"
-                if rows else "attention on every row at full length")
+      groups = len(budgets[0].rows)
       self.workdir.log(
           f"{plan.name}: rows encoded unpadded, "
-          f"{' or '.join(str(b.tokens) for b in budgets)} tokens per data "
-          f"shard and micro-batch; {groups}")
+          + " or ".join(f"{b.tokens} tokens" + (
+              f" ({'/'.join(map(str, b.rows))} rows)" if b.rows else "")
+                        for b in budgets)
+          + " per data shard and micro-batch; " + (
+              f"attention on rows grouped by length (up to 1/{groups}, "
+              f"2/{groups}, ... of the row length)" if groups else
+              "attention on every row at full length"))
     if arrange:
       self.workdir.log(f"{plan.name}: each data shard's {steps} "
                        "micro-batches balanced by tokens")

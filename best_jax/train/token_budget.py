@@ -10,13 +10,16 @@ on squad_longdoc `:cpu` at 4 micro-batches, the joint step's padding falls
 from 20.8% to 13.2% of FLOPs); it changes the dropout draws, so the
 experiment records it (`experiment.checks.balances_micro_batches`).
 `choose_budgets` picks, from `SAMPLE_BATCHES` batches spread over the
-schedule (`sample_batches`), how many rows attention takes at each of
-`ATTENTION_GROUPS` lengths (the most those batches' units had above each
-length plus `ROW_SLACK`, in at most `train.attention_groups` non-empty
-groups) and up to `MAX_BUDGETS` stream sizes T per unit: those that
-encode the sample in the fewest FLOPs (the dense layers' per token,
-attention's per row and squared length: `attention_weight`), a batch that
-fits none counted padded. More sizes are kept only when they save
+schedule (`sample_batches`), up to `MAX_BUDGETS` stream sizes T per unit
+and, for each, how many rows attention takes at each of `ATTENTION_GROUPS`
+lengths (the most its batches' units had above each length plus
+`ROW_SLACK`, and at least a smaller size's, in at most
+`train.attention_groups` non-empty groups): those that encode the sample
+in the fewest FLOPs (the dense layers' per token, attention's per row and
+squared length: `attention_weight`), a batch that fits none counted
+padded. Batches with more tokens tend to have longer rows, so each size
+gets its own groups (squad_longdoc's 512-token rows: 1–2 points less
+padding than one set of groups for all). More sizes are kept only when they save
 `MIN_SAVING`, and the budgets only when they save 5% of the padded rows'
 FLOPs, since each size is one more compiled step. The choice is the same
 on every process because every process can build every example.
@@ -37,6 +40,7 @@ padded). QDS and the bi-encoder encode padded rows.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -212,6 +216,16 @@ def fits_rows(above: np.ndarray, rows: Sequence[int]) -> bool:
   return bool(np.all(np.asarray(above) <= np.cumsum(rows[::-1])[::-1]))
 
 
+def holds_rows(rows: Sequence[int], other: Sequence[int]) -> bool:
+  """Whether attention groups of `rows` hold every unit that groups of
+  `other` hold (the same number of groups, or `rows` none: every row at
+  full length)."""
+  if not rows:
+    return True
+  return len(rows) == len(other) and bool(np.all(
+      np.cumsum(rows[::-1]) >= np.cumsum(other[::-1])))
+
+
 def largest_budget(example_tokens: int, batch_size: int, *, steps: int,
                    shards: int) -> TokenBudget:
   """A unit of full rows, for batches of `batch_size` examples of
@@ -225,8 +239,9 @@ def choose_budgets(batches: Iterable[list[Mapping[str, np.ndarray]]], *,
                    steps: int, shards: int, attention_groups: int = 1,
                    attention_weight: float) -> tuple[TokenBudget, ...]:
   """The budgets per unit (ascending stream sizes T, at most `MAX_BUDGETS`,
-  with one set of attention groups, at most `attention_groups` of them
-  non-empty; 1: every row attended at full length) that encode `batches` of
+  each with its attention groups, at most `attention_groups` of them
+  non-empty, holding every smaller budget's rows; 1: every row attended at
+  full length) that encode `batches` of
   examples (each a dict with `attention_mask` `[G, ..., L]`; micro-batches
   balanced as the pipeline balances them, `balance_micro_batches`) in the
   fewest FLOPs (a token: 1; a row attended at length ℓ: `attention_weight`
@@ -253,30 +268,46 @@ def choose_budgets(batches: Iterable[list[Mapping[str, np.ndarray]]], *,
   if not needs:
     return ()
   needs, aboves = np.asarray(needs), np.asarray(aboves)
-  groups = (group_rows(np.minimum(aboves.max(0) + ROW_SLACK, rows),
-                       attention_groups) if attention_groups > 1 else ())
-  # A unit's attention (every sampled batch fits the groups) and a padded
-  # batch's whole cost, in tokens.
-  attended = attention_weight * float(
-      np.dot(groups, np.asarray(group_lengths(length, len(groups))) ** 2)
-      if groups else rows * length ** 2)
+  squares = np.asarray(group_lengths(length, aboves.shape[1])) ** 2
+
+  @functools.cache
+  def groups_for(most_above: tuple[int, ...]) -> tuple[tuple[int, ...], float]:
+    """Rows per group for units of at most `most_above` rows above each
+    group's shorter neighbour, and their attention's cost in tokens."""
+    if attention_groups == 1:  # Every row at full length.
+      return (), attention_weight * rows * length ** 2
+    groups = group_rows(np.asarray(most_above), attention_groups)
+    return groups, attention_weight * float(np.dot(groups, squares))
+
+  def layout(sizes: Sequence[int]) -> tuple[float, tuple[TokenBudget, ...]]:
+    """The budgets of stream sizes `sizes` (ascending), each batch at the
+    first it fits by tokens, and their cost: each budget's groups hold its
+    batches' rows plus `ROW_SLACK` and every smaller budget's, so a larger
+    budget never fits less."""
+    first_fit = np.searchsorted(sizes, needs)  # len(sizes): none, padded
+    cost = float(np.sum(first_fit == len(sizes))) * padded
+    budgets, held = [], np.zeros(aboves.shape[1], int)
+    for i, size in enumerate(sizes):
+      batches = first_fit == i
+      if batches.any():
+        held = np.maximum(held, aboves[batches].max(0) + ROW_SLACK)
+      groups, attention = groups_for(tuple(np.minimum(held, rows).tolist()))
+      if groups:  # What these groups hold, longest first (`fits_rows`).
+        held = np.cumsum(groups[::-1])[::-1]
+      cost += float(np.sum(batches)) * (size + attention)
+      budgets.append(TokenBudget(int(size), groups))
+    return cost, tuple(budgets)
+
   padded = capacity + attention_weight * rows * length ** 2
   sizes = np.unique(np.minimum(-(-needs // MULTIPLE) * MULTIPLE, capacity))
   sizes = sizes[evenly_spaced(CANDIDATE_SIZES, len(sizes))]
   chosen, limit = (), 0.95 * padded * len(needs)
   for count in range(1, min(MAX_BUDGETS, len(sizes)) + 1):
-    candidates = np.asarray(list(itertools.combinations(sizes, count)))
-    # Each batch at the smallest size it fits, else padded.
-    fits = candidates[:, None, :] >= needs[:, None]  # [candidates, n, count]
-    smallest = np.where(fits, candidates[:, None, :],
-                        capacity + 1).min(-1)  # [candidates, n]
-    unpadded = smallest <= capacity
-    cost = (np.where(unpadded, smallest, 0).sum(-1)
-            + unpadded.sum(-1) * attended + (~unpadded).sum(-1) * padded)
-    i = int(cost.argmin())
-    if cost[i] < limit:
-      chosen = tuple(TokenBudget(int(t), groups) for t in candidates[i])
-      limit = (1 - MIN_SAVING) * cost[i]
+    cost, budgets = min((layout(np.asarray(c)) for c in
+                         itertools.combinations(sizes, count)),
+                        key=lambda option: option[0])
+    if cost < limit:
+      chosen, limit = budgets, (1 - MIN_SAVING) * cost
   return chosen
 
 
@@ -325,11 +356,14 @@ class UnpaddedSteps:
 
   def __init__(self, step_fn: Callable, budgets: Sequence[TokenBudget], *,
                steps: int, shards: int):
-    if len({b.rows for b in budgets}) > 1:
-      raise ValueError("the budgets of one step share their attention groups "
-                       "(a larger index must never fit less)")
+    budgets = tuple(sorted(budgets, key=lambda b: b.tokens))
+    for smaller, larger in zip(budgets, budgets[1:]):
+      if not holds_rows(larger.rows, smaller.rows):
+        raise ValueError(
+            f"budget {larger} holds fewer rows than the smaller {smaller} "
+            "in some attention group (a larger budget must never fit less)")
     self.step_fn = step_fn
-    self.budgets = tuple(sorted(budgets, key=lambda b: b.tokens))
+    self.budgets = budgets
     self.steps, self.shards = steps, shards
     self.steps_at = dict.fromkeys((b.tokens for b in self.budgets), 0)
     self.padded = 0
