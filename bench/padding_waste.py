@@ -181,9 +181,10 @@ def main(argv=None) -> int:
     for name, build in builds.items():
       unpadded[name] = result = unpadded_padding(inputs, build, args.batches,
                                                  config, bert)
+      rows = result["attention_rows"]
+      groups = " / ".join(map(str, rows)) if any(rows) else "no"
       print(f"training, {name} unpadded ({result['tokens']} "
-            f"tokens, attention groups of "
-            f"{' / '.join(map(str, result['attention_rows']))} rows; "
+            f"tokens, attention groups of {groups} rows; "
             f"{result['unpadded_steps']} of {result['batches']} "
             f"batches fit): {result['token_padding']:.1%} of tokens, "
             f"{result['flop_padding']:.1%} of FLOPs padding (attention, "

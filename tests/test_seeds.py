@@ -146,10 +146,16 @@ def test_learning_curves_share_the_broken_dev_axis(tmp_path, monkeypatch):
   assert top.get_ylim()[0] < 0.910 < 0.921 < top.get_ylim()[1]
   assert bottom.get_ylim()[0] < 0.641 < bottom.get_ylim()[1] < 0.9
   colors = {line.get_label(): line.get_color() for line in loss_ax.lines}
-  for line in top.get_lines():
+  checked = 0
+  for line in top.get_lines() + bottom.get_lines():
     name = line.get_label().split(" (")[0]
     if name in colors:
       assert line.get_color() == colors[name], line.get_label()
+      checked += 1
+  assert checked == 2 * 3  # Three dev curves drawn in each panel.
+  markers = {line.get_label(): line.get_marker() for line in top.get_lines()}
+  assert markers["FirstP (max)"] == markers["BeST-1 (max)"] != markers[
+      "FirstP (first)"]
   assert [x for line in loss_ax.lines for x in line.get_xdata()][:2] == [
       160, 320]
   # One model: one axis.

@@ -134,6 +134,8 @@ def _save(fig, path: str) -> None:
 
 
 _MIN_PAD = 0.005  # Of MRR@10: the least room above and below a plot's curves.
+# One marker per document-score aggregation (`rerank.aggregate`).
+_MARKERS = {"max": "o", "first": "s", "sum": "^", "mean": "v"}
 
 
 def _draw_references(ax, references: Mapping[str, float] | None) -> None:
@@ -181,12 +183,14 @@ def plot_learning_curves(histories: Mapping[str, Sequence[Mapping]],
               if "loss" in h]
     if losses:
       loss_ax.plot(*zip(*losses), label=name, color=color)
-    keys = sorted({k for h in history for k in h if k.startswith("dev_mrr")})
-    for k, key in enumerate(keys):  # One marker per aggregation.
+    for key in sorted({k for h in history for k in h
+                       if k.startswith("dev_mrr")}):
+      aggregation = key.removeprefix("dev_mrr_")
       steps, devs = zip(*[(h["step"], h[key]) for h in history if key in h])
-      curves[f"{name} ({key.removeprefix('dev_mrr_')})"] = {
+      curves[f"{name} ({aggregation})"] = {
           "groups": np.multiply(steps, groups_per_step), "mean": devs,
-          "style": {"color": color, "marker": "os^v"[k % 4]}}
+          "style": {"color": color,
+                    "marker": _MARKERS.get(aggregation, "o")}}
   loss_ax.set_xlabel(unit)
   loss_ax.set_ylabel("training loss")
   if loss_ax.lines:

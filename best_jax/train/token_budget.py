@@ -14,12 +14,13 @@ schedule (`sample_batches`), up to `MAX_BUDGETS` stream sizes T per unit
 and, for each, how many rows attention takes at each of `ATTENTION_GROUPS`
 lengths (the most its batches' units had above each length plus
 `ROW_SLACK`, and at least a smaller size's, in at most
-`train.attention_groups` non-empty groups): those that encode the sample
-in the fewest FLOPs (the dense layers' per token, attention's per row and
-squared length: `attention_weight`), a batch that fits none counted
-padded. Batches with more tokens tend to have longer rows, so each size
-gets its own groups (squad_longdoc's 512-token rows: 1–2 points less
-padding than one set of groups for all). More sizes are kept only when they save
+`train.attention_groups` non-empty groups, the cheapest for those rows):
+the sizes that encode the sample in the fewest FLOPs (the dense layers'
+per token, attention's per row and squared length: `attention_weight`),
+a batch that fits none counted padded. Batches with more tokens tend to
+have longer rows, so each size gets its own groups (squad_longdoc's
+512-token rows: 0.6–1.6 points less padding than one set of groups for
+all). More sizes are kept only when they save
 `MIN_SAVING`, and the budgets only when they save 5% of the padded rows'
 FLOPs, since each size is one more compiled step. The choice is the same
 on every process because every process can build every example.
@@ -63,9 +64,10 @@ MIN_SAVING = 0.01
 CANDIDATE_SIZES = 32
 # Attention runs on rows grouped by length, at some of ATTENTION_GROUPS
 # lengths (L/8, 2L/8, …, L; `train.attention_groups` of them at most, each
-# one more attention per layer to compile); each group holds the most rows
-# the sampled batches' units had above the next shorter group's length,
-# plus ROW_SLACK rows for the batches the sample missed.
+# one more attention per layer to compile); a budget's groups hold the most
+# rows its own sampled batches' units had above each group's shorter
+# neighbour's length, plus ROW_SLACK rows for the batches the sample
+# missed, and every smaller budget's rows.
 ATTENTION_GROUPS = 8
 ROW_SLACK = 1
 
@@ -281,21 +283,22 @@ def choose_budgets(batches: Iterable[list[Mapping[str, np.ndarray]]], *,
 
   def layout(sizes: Sequence[int]) -> tuple[float, tuple[TokenBudget, ...]]:
     """The budgets of stream sizes `sizes` (ascending), each batch at the
-    first it fits by tokens, and their cost: each budget's groups hold its
-    batches' rows plus `ROW_SLACK` and every smaller budget's, so a larger
-    budget never fits less."""
+    first it fits by tokens, and their cost: each budget's groups, the
+    cheapest given the smaller budgets' (chosen in turn, not jointly), hold
+    its batches' rows plus `ROW_SLACK` and every smaller budget's, so a
+    larger budget never fits less."""
     first_fit = np.searchsorted(sizes, needs)  # len(sizes): none, padded
     cost = float(np.sum(first_fit == len(sizes))) * padded
     budgets, held = [], np.zeros(aboves.shape[1], int)
-    for i, size in enumerate(sizes):
-      batches = first_fit == i
-      if batches.any():
-        held = np.maximum(held, aboves[batches].max(0) + ROW_SLACK)
+    for i, tokens in enumerate(sizes):
+      taken = first_fit == i
+      if taken.any():
+        held = np.maximum(held, aboves[taken].max(0) + ROW_SLACK)
       groups, attention = groups_for(tuple(np.minimum(held, rows).tolist()))
       if groups:  # What these groups hold, longest first (`fits_rows`).
         held = np.cumsum(groups[::-1])[::-1]
-      cost += float(np.sum(batches)) * (size + attention)
-      budgets.append(TokenBudget(int(size), groups))
+      cost += float(np.sum(taken)) * (tokens + attention)
+      budgets.append(TokenBudget(int(tokens), groups))
     return cost, tuple(budgets)
 
   padded = capacity + attention_weight * rows * length ** 2
