@@ -114,7 +114,8 @@ def unpadded_padding(inputs, build, num_batches: int, config, bert) -> dict:
     flops += (masks.size if budget is None else budget.tokens * steps) * dense
   useful += attended
   flops += attention_flops
-  return {"tokens": [b.tokens for b in budgets],
+  return {"budgets": token_budget.describe(budgets),
+          "tokens": [b.tokens for b in budgets],
           "attention_rows": [list(b.rows) for b in budgets],
           "batches": len(batches), "unpadded_steps": fits,
           "token_padding": 1 - real / spent, "flop_padding": 1 - useful / flops,
@@ -181,10 +182,7 @@ def main(argv=None) -> int:
     for name, build in builds.items():
       unpadded[name] = result = unpadded_padding(inputs, build, args.batches,
                                                  config, bert)
-      rows = result["attention_rows"]
-      groups = " / ".join(map(str, rows)) if any(rows) else "no"
-      print(f"training, {name} unpadded ({result['tokens']} "
-            f"tokens, attention groups of {groups} rows; "
+      print(f"training, {name} unpadded ({result['budgets']}; "
             f"{result['unpadded_steps']} of {result['batches']} "
             f"batches fit): {result['token_padding']:.1%} of tokens, "
             f"{result['flop_padding']:.1%} of FLOPs padding (attention, "

@@ -136,14 +136,13 @@ def main(argv=None) -> int:
     s = result["seconds_per_step"][name]
     print(f"{name}: {s['median']:.2f} s/step [{s['min']:.2f}, {s['max']:.2f}]"
           f" (first pass with compilation {first[name]:.0f} s)")
-  rows = result["attention_rows"]
-  layout = " / ".join(map(str, rows)) if any(rows) else "no"
-  print(f"unpadded ({tokens} tokens per device; rows {result['row_padding']:.1%}"
+  print(f"unpadded ({token_budget.describe(budgets)} per device; rows "
+        f"{result['row_padding']:.1%}"
         f" padding) is {statistics.median(ratio):.2f}x [{min(ratio):.2f}, "
         f"{max(ratio):.2f}] the padded step and {statistics.median(groups):.2f}x "
         f"[{min(groups):.2f}, {max(groups):.2f}] the unpadded step with "
-        f"attention at full length (attention groups of {layout} rows); "
-        f"load average {result['load_average'][0]:.1f}")
+        f"attention at full length; load average "
+        f"{result['load_average'][0]:.1f}")
   if args.json:
     with atomic_write(args.json) as f:
       json.dump({"benchmark": "unpadded_step", "machine": machine.describe(),

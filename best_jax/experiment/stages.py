@@ -144,10 +144,8 @@ class Stages:
       groups = len(budgets[0].rows)
       self.workdir.log(
           f"{plan.name}: rows encoded unpadded, "
-          + " or ".join(f"{b.tokens} tokens" + (
-              f" ({'/'.join(map(str, b.rows))} rows)" if b.rows else "")
-                        for b in budgets)
-          + " per data shard and micro-batch; " + (
+          f"{token_budget.describe(budgets)} per data shard and "
+          "micro-batch; " + (
               f"attention on rows grouped by length (up to 1/{groups}, "
               f"2/{groups}, ... of the row length)" if groups else
               "attention on every row at full length"))

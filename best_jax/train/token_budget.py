@@ -209,13 +209,18 @@ def group_rows(most_above: np.ndarray, most: int) -> tuple[int, ...]:
   return best
 
 
+def rows_held(rows: Sequence[int]) -> np.ndarray:
+  """The most rows above each group's shorter neighbour that groups of
+  `rows` hold (rows, longest first, fill the longest group first)."""
+  return np.cumsum(np.asarray(rows)[::-1])[::-1]
+
+
 def fits_rows(above: np.ndarray, rows: Sequence[int]) -> bool:
   """Whether units with `above` rows above each group's shorter neighbour
-  fit groups of `rows` (rows, longest first, fill the longest group first;
-  no groups: every row at full length)."""
+  fit groups of `rows` (no groups: every row at full length)."""
   if not rows:
     return True
-  return bool(np.all(np.asarray(above) <= np.cumsum(rows[::-1])[::-1]))
+  return bool(np.all(np.asarray(above) <= rows_held(rows)))
 
 
 def holds_rows(rows: Sequence[int], other: Sequence[int]) -> bool:
@@ -224,8 +229,14 @@ def holds_rows(rows: Sequence[int], other: Sequence[int]) -> bool:
   full length)."""
   if not rows:
     return True
-  return len(rows) == len(other) and bool(np.all(
-      np.cumsum(rows[::-1]) >= np.cumsum(other[::-1])))
+  return len(rows) == len(other) and fits_rows(rows_held(other), rows)
+
+
+def describe(budgets: Sequence[TokenBudget]) -> str:
+  """`budgets` for a log line: each one's tokens and rows per group."""
+  return " or ".join(
+      f"{b.tokens} tokens" + (f" ({'/'.join(map(str, b.rows))} rows)"
+                              if b.rows else "") for b in budgets)
 
 
 def largest_budget(example_tokens: int, batch_size: int, *, steps: int,
@@ -295,8 +306,8 @@ def choose_budgets(batches: Iterable[list[Mapping[str, np.ndarray]]], *,
       if taken.any():
         held = np.maximum(held, aboves[taken].max(0) + ROW_SLACK)
       groups, attention = groups_for(tuple(np.minimum(held, rows).tolist()))
-      if groups:  # What these groups hold, longest first (`fits_rows`).
-        held = np.cumsum(groups[::-1])[::-1]
+      if groups:
+        held = rows_held(groups)
       cost += float(np.sum(taken)) * (tokens + attention)
       budgets.append(TokenBudget(int(tokens), groups))
     return cost, tuple(budgets)
