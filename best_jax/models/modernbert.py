@@ -1,0 +1,691 @@
+"""ModernBERT in Flax NNX, numerically equal to transformers' `ModernBertModel`
+and `ModernBertForSequenceClassification` (the gte-reranker-modernbert family).
+
+Token embeddings → LayerNorm (no position embeddings); N pre-norm layers
+(layer 0 without attention norm) of fused-QKV attention with rotary
+positions, global (rope θ `global_rope_theta`) or local (θ
+`local_rope_theta`, keys within `local_attention // 2` positions), and a
+GeGLU feed-forward (`act(input) · gate`); a final LayerNorm. The
+classification head pools `[CLS]` or the mean over the mask, then dense →
+act → LayerNorm → dropout → classifier. Biases and norm biases exist only
+where the config asks for them (none, by default).
+
+Rows run padded `[batch, length]` or unpadded (`models.unpadding`: the real
+tokens as one stream, attention on length groups of rows, each token at its
+padded position), through one layer code: `_Rows` says where positions,
+dropout draws and attention come from. Dropout is active iff `rngs` is given.
+Parameters carry the logical axes of `bert.py` (vocab, embed, mlp, heads, kv).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import math
+import os
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+from safetensors.numpy import save_file
+
+from best_jax.errors import InputError
+from best_jax.models.attention import (attention, attention_plan,
+                                       blocked_attention)
+from best_jax.models.dropout import dropout
+from best_jax.models.unpadding import TokenBudget, Unpadding
+from best_jax.models.weights import read_tensors
+
+ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
+    "gelu": functools.partial(jax.nn.gelu, approximate=False),
+    "gelu_new": functools.partial(jax.nn.gelu, approximate=True),
+    "gelu_pytorch_tanh": functools.partial(jax.nn.gelu, approximate=True),
+    "gelu_fast": functools.partial(jax.nn.gelu, approximate=True),
+    "quick_gelu": lambda x: x * jax.nn.sigmoid(1.702 * x),
+    "relu": jax.nn.relu,
+    "silu": jax.nn.silu,
+    "swish": jax.nn.silu,
+}
+POOLINGS = ("cls", "mean")
+GLOBAL, LOCAL = "full_attention", "sliding_attention"
+# sentence-transformers' / transformers' guards of an empty mean.
+_MIN_TOKENS = 1e-9
+
+
+@dataclasses.dataclass(frozen=True)
+class ModernBertConfig:
+  """Shape and numerics of a ModernBERT encoder and its classification head.
+
+  `layer_types[i]` is "full_attention" (global) or "sliding_attention"
+  (local); None: every `global_every`-th layer, from layer 0, is global.
+  `dtype` is the activation dtype; the head runs in float32.
+  """
+  vocab_size: int = 50368
+  hidden_size: int = 768
+  num_layers: int = 22
+  num_heads: int = 12
+  intermediate_size: int = 1152
+  max_position_embeddings: int = 8192
+  norm_eps: float = 1e-5
+  norm_bias: bool = False
+  attention_bias: bool = False
+  mlp_bias: bool = False
+  classifier_bias: bool = False
+  hidden_activation: str = "gelu"
+  classifier_activation: str = "gelu"
+  local_attention: int = 128
+  global_every: int = 3
+  layer_types: tuple[str, ...] | None = None
+  global_rope_theta: float = 160_000.0
+  local_rope_theta: float = 10_000.0
+  classifier_pooling: str = "cls"
+  embedding_dropout: float = 0.0
+  attention_dropout: float = 0.0
+  mlp_dropout: float = 0.0
+  classifier_dropout: float = 0.0
+  pad_token_id: int = 50283
+  cls_token_id: int = 50281
+  sep_token_id: int = 50282
+  dtype: Any = jnp.float32
+  param_dtype: Any = jnp.float32
+
+  def __post_init__(self):
+    if self.layer_types is None:
+      object.__setattr__(self, "layer_types", tuple(
+          LOCAL if i % self.global_every else GLOBAL
+          for i in range(self.num_layers)))
+    object.__setattr__(self, "layer_types", tuple(self.layer_types))
+    checks = [
+        (self.hidden_size % self.num_heads == 0,
+         f"hidden_size {self.hidden_size} is not a multiple of "
+         f"num_attention_heads {self.num_heads}"),
+        (len(self.layer_types) == self.num_layers,
+         f"{len(self.layer_types)} layer_types for {self.num_layers} layers"),
+        (set(self.layer_types) <= {GLOBAL, LOCAL},
+         f"layer_types must be {GLOBAL!r} or {LOCAL!r}"),
+        (self.classifier_pooling in POOLINGS,
+         f"classifier_pooling {self.classifier_pooling!r} is not one of "
+         f"{', '.join(POOLINGS)}"),
+    ] + [(getattr(self, name) in ACTIVATIONS,
+          f"{name} {getattr(self, name)!r} is not supported (one of "
+          f"{', '.join(ACTIVATIONS)})")
+         for name in ("hidden_activation", "classifier_activation")]
+    for ok, message in checks:
+      if not ok:
+        raise InputError(message)
+
+  @property
+  def head_dim(self) -> int:
+    return self.hidden_size // self.num_heads
+
+  @classmethod
+  def tiny(cls, **overrides: Any) -> ModernBertConfig:
+    """A tiny random configuration for tests: hidden 32, 4 layers (global,
+    local, global, local), window 8."""
+    values = dict(vocab_size=128, hidden_size=32, num_layers=4, num_heads=2,
+                  intermediate_size=48, max_position_embeddings=128,
+                  local_attention=8, global_every=2, pad_token_id=0,
+                  cls_token_id=1, sep_token_id=2)
+    return cls(**dict(values, **overrides))
+
+  @classmethod
+  def from_hf(cls, hf: dict[str, Any], source: str | None = None,
+              **overrides: Any) -> ModernBertConfig:
+    """From a transformers `config.json` dict (v4 or v5 rope fields)."""
+    if hf.get("model_type") != "modernbert":
+      raise InputError(f"model_type {hf.get('model_type')!r} is not "
+                       "'modernbert'", source)
+    names = dict(vocab_size="vocab_size", hidden_size="hidden_size",
+                 num_layers="num_hidden_layers",
+                 num_heads="num_attention_heads",
+                 intermediate_size="intermediate_size")
+    missing = [key for key in names.values() if key not in hf]
+    if missing:
+      raise InputError(f"config.json lacks {', '.join(missing)}", source)
+    values = {field: hf[key] for field, key in names.items()}
+    for field in ("max_position_embeddings", "norm_eps", "norm_bias",
+                  "attention_bias", "mlp_bias", "classifier_bias",
+                  "hidden_activation", "classifier_activation",
+                  "local_attention", "classifier_pooling",
+                  "embedding_dropout", "attention_dropout", "mlp_dropout",
+                  "classifier_dropout", "pad_token_id", "cls_token_id",
+                  "sep_token_id", "layer_types", "global_rope_theta",
+                  "local_rope_theta"):
+      if hf.get(field) is not None:
+        values[field] = hf[field]
+    if hf.get("global_attn_every_n_layers") is not None:
+      values["global_every"] = hf["global_attn_every_n_layers"]
+    if hf.get("rope_scaling"):
+      raise InputError("rope_scaling is not supported", source)
+    for kind, field in ((GLOBAL, "global_rope_theta"),
+                        (LOCAL, "local_rope_theta")):
+      rope = (hf.get("rope_parameters") or {}).get(kind) or {}
+      if rope.get("rope_type", "default") != "default":
+        raise InputError(f"rope_type {rope['rope_type']!r} is not supported "
+                         "(only 'default')", source)
+      if "rope_theta" in rope:
+        values[field] = rope["rope_theta"]
+    try:
+      return cls(**dict(values, **overrides))
+    except InputError as e:
+      raise InputError(e.message, source) from None
+
+  @classmethod
+  def from_checkpoint(cls, checkpoint_dir: str | os.PathLike,
+                      **overrides: Any) -> ModernBertConfig:
+    """Reads a transformers ModernBERT directory's `config.json`."""
+    path = os.path.join(os.fspath(checkpoint_dir), "config.json")
+    try:
+      with open(path, encoding="utf-8") as f:
+        hf = json.load(f)
+    except FileNotFoundError:
+      raise InputError("no config.json in checkpoint directory", path) from None
+    except (OSError, ValueError) as e:
+      raise InputError(f"cannot read config: {e}", path) from None
+    return cls.from_hf(hf, path, **overrides)
+
+  def to_hf(self) -> dict[str, Any]:
+    """The transformers `ModernBertConfig` keyword arguments."""
+    return dict(
+        vocab_size=self.vocab_size, hidden_size=self.hidden_size,
+        num_hidden_layers=self.num_layers,
+        num_attention_heads=self.num_heads,
+        intermediate_size=self.intermediate_size,
+        max_position_embeddings=self.max_position_embeddings,
+        norm_eps=self.norm_eps, norm_bias=self.norm_bias,
+        attention_bias=self.attention_bias, mlp_bias=self.mlp_bias,
+        classifier_bias=self.classifier_bias,
+        hidden_activation=self.hidden_activation,
+        classifier_activation=self.classifier_activation,
+        local_attention=self.local_attention,
+        layer_types=list(self.layer_types),
+        rope_parameters={
+            GLOBAL: {"rope_type": "default",
+                     "rope_theta": self.global_rope_theta},
+            LOCAL: {"rope_type": "default",
+                    "rope_theta": self.local_rope_theta}},
+        classifier_pooling=self.classifier_pooling,
+        embedding_dropout=self.embedding_dropout,
+        attention_dropout=self.attention_dropout,
+        mlp_dropout=self.mlp_dropout,
+        classifier_dropout=self.classifier_dropout,
+        pad_token_id=self.pad_token_id, cls_token_id=self.cls_token_id,
+        bos_token_id=self.cls_token_id, sep_token_id=self.sep_token_id,
+        eos_token_id=self.sep_token_id)
+
+
+# --- Modules -----------------------------------------------------------------
+
+Axes = tuple[str | None, ...]
+
+
+def _meta(axes: Axes) -> dict[str, Any]:
+  return {"out_sharding": axes, "eager_sharding": False}
+
+
+def _linear(in_features, out_features, kernel_axes: Axes, use_bias: bool,
+            config: ModernBertConfig, rngs: nnx.Rngs, *, axis=-1,
+            dtype=None) -> nnx.LinearGeneral:
+  return nnx.LinearGeneral(
+      in_features, out_features, axis=axis, use_bias=use_bias,
+      dtype=dtype or config.dtype, param_dtype=config.param_dtype,
+      kernel_init=nnx.initializers.truncated_normal(0.02),
+      kernel_metadata=_meta(kernel_axes),
+      bias_metadata=_meta(kernel_axes[len(np.atleast_1d(in_features)):]),
+      rngs=rngs)
+
+
+def _norm(config: ModernBertConfig, rngs: nnx.Rngs,
+          dtype=None) -> nnx.LayerNorm:
+  return nnx.LayerNorm(
+      config.hidden_size, epsilon=config.norm_eps, use_bias=config.norm_bias,
+      dtype=dtype or config.dtype, param_dtype=config.param_dtype,
+      use_fast_variance=False, scale_metadata=_meta(("embed",)),
+      bias_metadata=_meta(("embed",)), rngs=rngs)
+
+
+def rotary(x_xthk: jax.Array, positions_xt: jax.Array,
+           theta: float) -> jax.Array:
+  """Rotary position embedding of `[..., t, heads, head_dim]` at integer
+  positions `[..., t]`, in float32 (transformers' `apply_rotary_pos_emb`)."""
+  dim = x_xthk.shape[-1]
+  inv_freq = 1.0 / (np.float32(theta) ** (
+      np.arange(0, dim, 2, dtype=np.float32) / np.float32(dim)))
+  freqs_xtf = positions_xt.astype(jnp.float32)[..., None] * inv_freq
+  angles_xt1k = jnp.concatenate([freqs_xtf, freqs_xtf], axis=-1)[..., None, :]
+  x = x_xthk.astype(jnp.float32)
+  half = dim // 2
+  rotated = jnp.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+  return (x * jnp.cos(angles_xt1k)
+          + rotated * jnp.sin(angles_xt1k)).astype(x_xthk.dtype)
+
+
+def _attend(q_bhqk, k_bhlk, v_bhlk, mask_bl, window: int | None, rate: float,
+            key, *, rows=None, padded=None) -> jax.Array:
+  """Softmax attention of rows; local (`|query - key| <= window`) when
+  `window` is set, else global (blocked on CPU as `attention_plan` says)."""
+  length = k_bhlk.shape[2]
+  if window is None:
+    block = attention_plan(*q_bhqk.shape[:3])
+    if block and length > 1:
+      return blocked_attention(q_bhqk, k_bhlk, v_bhlk, mask_bl, block, rate,
+                               key, rows=rows, padded=padded)
+    mask = mask_bl[:, None, None, :]
+  else:
+    position = jnp.arange(length)
+    near_qk = jnp.abs(position[:, None] - position[None, :]) <= window
+    mask = mask_bl[:, None, None, :] & near_qk
+  return attention(q_bhqk, k_bhlk, v_bhlk, mask, rate, key, rows=rows,
+                   padded=padded)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Rows:
+  """Where a layer's tokens `[X, T, ...]` sit: padded rows (`mask_bl`) or
+  an unpadded stream (`unpadding`)."""
+  mask_bl: jax.Array | None = None
+  unpadding: Unpadding | None = None
+
+  @property
+  def positions(self) -> jax.Array:
+    if self.unpadding is not None:
+      return self.unpadding.positions_ut
+    return jnp.arange(self.mask_bl.shape[1])[None]
+
+  @property
+  def sites(self):
+    return None if self.unpadding is None else self.unpadding.sites()
+
+  def attend(self, q_xthk, k_xthk, v_xthk, window, rate, key) -> jax.Array:
+    """Context `[X, T, heads, head_dim]` of the (scaled) queries."""
+    swap = functools.partial(jnp.swapaxes, axis1=1, axis2=2)
+    if self.unpadding is None:
+      return swap(_attend(swap(q_xthk), swap(k_xthk), swap(v_xthk),
+                          self.mask_bl, window, rate, key))
+    unpadding, parts = self.unpadding, []
+    for group in unpadding.groups:
+      rows = lambda x, group=group: swap(group.pad(x))  # pylint: disable=unnecessary-lambda-assignment
+      parts.append(swap(_attend(
+          rows(q_xthk), rows(k_xthk), rows(v_xthk), group.mask_bl, window,
+          rate, key, rows=group.rows_b,
+          padded=(unpadding.length, unpadding.length))))
+    return unpadding.from_groups(parts)
+
+
+class Attention(nnx.Module):
+  """Fused-QKV self-attention with rotary positions, global or local."""
+
+  def __init__(self, config: ModernBertConfig, layer: int, *,
+               rngs: nnx.Rngs):
+    self.config = config
+    heads = (config.num_heads, config.head_dim)
+    self.qkv = _linear(config.hidden_size, (3,) + heads,
+                       ("embed", None, "heads", "kv"), config.attention_bias,
+                       config, rngs)
+    self.out = _linear(heads, config.hidden_size, ("heads", "kv", "embed"),
+                       config.attention_bias, config, rngs, axis=(-2, -1))
+    is_local = config.layer_types[layer] == LOCAL
+    self.window = config.local_attention // 2 if is_local else None
+    self.theta = (config.local_rope_theta if is_local
+                  else config.global_rope_theta)
+
+  def __call__(self, x_xtd, rows: _Rows, rngs=None) -> jax.Array:
+    qkv_xt3hk = self.qkv(x_xtd)
+    q, k, v = (qkv_xt3hk[..., i, :, :] for i in range(3))
+    positions = rows.positions
+    q = rotary(q, positions, self.theta) * self.config.head_dim ** -0.5
+    k = rotary(k, positions, self.theta)
+    rate = self.config.attention_dropout if rngs is not None else 0.0
+    key = rngs.dropout() if rate else None
+    context_xthk = rows.attend(q, k, v, self.window, rate, key)
+    return dropout(self.out(context_xthk), rate, rngs, rows.sites)
+
+
+class Mlp(nnx.Module):
+  """GeGLU feed-forward: Wo(act(input) · gate), `Wi` = [input | gate]."""
+
+  def __init__(self, config: ModernBertConfig, *, rngs: nnx.Rngs):
+    self.config = config
+    self.wi = _linear(config.hidden_size, (2, config.intermediate_size),
+                      ("embed", None, "mlp"), config.mlp_bias, config, rngs)
+    self.wo = _linear(config.intermediate_size, config.hidden_size,
+                      ("mlp", "embed"), config.mlp_bias, config, rngs)
+
+  def __call__(self, x_xtd, rows: _Rows, rngs=None) -> jax.Array:
+    inner_xt2m = self.wi(x_xtd)
+    act = ACTIVATIONS[self.config.hidden_activation]
+    inner_xtm = act(inner_xt2m[..., 0, :]) * inner_xt2m[..., 1, :]
+    return self.wo(dropout(inner_xtm, self.config.mlp_dropout, rngs,
+                           rows.sites))
+
+
+class Layer(nnx.Module):
+  """Pre-norm layer: x + attn(attn_norm(x)), then x + mlp(mlp_norm(x))."""
+
+  def __init__(self, config: ModernBertConfig, layer: int, *,
+               rngs: nnx.Rngs):
+    self.attn_norm = _norm(config, rngs) if layer else None
+    self.attn = Attention(config, layer, rngs=rngs)
+    self.mlp_norm = _norm(config, rngs)
+    self.mlp = Mlp(config, rngs=rngs)
+
+  def __call__(self, x_xtd, rows: _Rows, rngs=None) -> jax.Array:
+    normed = x_xtd if self.attn_norm is None else self.attn_norm(x_xtd)
+    x_xtd = x_xtd + self.attn(normed, rows, rngs)
+    return x_xtd + self.mlp(self.mlp_norm(x_xtd), rows, rngs)
+
+
+def _pool_padded(hidden_bld, mask_bl, pooling: str) -> jax.Array:
+  """`[CLS]` or the float32 mean over the mask, `[batch, d]` (an empty
+  row's mean is 0)."""
+  if pooling == "cls":
+    return hidden_bld[:, 0].astype(jnp.float32)
+  mask_bl1 = mask_bl.astype(jnp.float32)[..., None]
+  total = jnp.sum(hidden_bld.astype(jnp.float32) * mask_bl1, axis=1)
+  return total / jnp.maximum(jnp.sum(mask_bl1, axis=1), _MIN_TOKENS)
+
+
+def _pool_stream(x_utd, unpadding: Unpadding, mask_unl,
+                 pooling: str) -> jax.Array:
+  """`_pool_padded` of the rows `[U, n, L]` from their stream: `[U, n, d]`."""
+  if pooling == "cls":
+    return unpadding.take(x_utd, unpadding.first_un).astype(jnp.float32)
+  rows = unpadding.rows
+  row_ut = jnp.minimum(unpadding.stream_ut // unpadding.length, rows)
+  total = jax.vmap(lambda x, r: jax.ops.segment_sum(
+      x.astype(jnp.float32), r, num_segments=rows + 1))(x_utd, row_ut)
+  count_un1 = jnp.sum(mask_unl.astype(jnp.float32), axis=-1)[..., None]
+  return total[:, :rows] / jnp.maximum(count_un1, _MIN_TOKENS)
+
+
+class ModernBertEncoder(nnx.Module):
+  """`ModernBertModel`: token ids → final-normed hidden states."""
+
+  def __init__(self, config: ModernBertConfig, *, rngs: nnx.Rngs):
+    self.config = config
+    self.embeddings = nnx.Embed(
+        config.vocab_size, config.hidden_size, dtype=config.dtype,
+        param_dtype=config.param_dtype,
+        embedding_init=nnx.initializers.truncated_normal(0.02),
+        embedding_metadata=_meta(("vocab", "embed")), rngs=rngs)
+    self.embedding_norm = _norm(config, rngs)
+    self.layers = nnx.List([Layer(config, i, rngs=rngs)
+                            for i in range(config.num_layers)])
+    self.final_norm = _norm(config, rngs)
+
+  def _encode(self, ids_xt, rows: _Rows, length: int, rngs) -> jax.Array:
+    if length > self.config.max_position_embeddings:
+      raise InputError(f"sequence length {length} exceeds the model's "
+                       f"{self.config.max_position_embeddings} positions")
+    x_xtd = self.embedding_norm(jnp.take(self.embeddings.embedding.get_value(),
+                                         ids_xt, axis=0).astype(
+                                             self.config.dtype))
+    x_xtd = dropout(x_xtd, self.config.embedding_dropout, rngs, rows.sites)
+    for layer in self.layers:
+      x_xtd = layer(x_xtd, rows, rngs)
+    return self.final_norm(x_xtd)
+
+  def __call__(self, input_ids: jax.Array, attention_mask: jax.Array,
+               token_type_ids: jax.Array | None = None, *,
+               rngs: nnx.Rngs | None = None,
+               first_only: bool = False) -> jax.Array:
+    """Hidden states `[batch, length, d]` of padded rows; with `first_only`,
+    the float32 vector the head reads, `[batch, d]`: the first token's, or
+    the mean over the mask (`classifier_pooling`; an empty row's mean is
+    0). Token types are ignored (ModernBERT has none)."""
+    del token_type_ids
+    mask_bl = attention_mask.astype(bool)
+    hidden_bld = self._encode(input_ids, _Rows(mask_bl=mask_bl),
+                              input_ids.shape[-1], rngs)
+    if not first_only:
+      return hidden_bld
+    return _pool_padded(hidden_bld, mask_bl, self.config.classifier_pooling)
+
+  def first_unpadded(self, input_ids: jax.Array, attention_mask: jax.Array,
+                     token_type_ids: jax.Array | None = None, *,
+                     tokens: int, rows: tuple[int, ...] = (),
+                     rngs: nnx.Rngs | None = None) -> jax.Array:
+    """`__call__(first_only=True)` of rows `[U, n, L]` encoded unpadded
+    (`models.unpadding`: a stream of `tokens` per unit, attention on the
+    length groups of `rows`): `[U·n, d]`, NaN for the rows of a unit that
+    does not fit."""
+    del token_type_ids
+    units, num_rows, length = input_ids.shape
+    unpadding = Unpadding.of(attention_mask, tokens, rows)
+    ids_ut = unpadding.unpad(input_ids.reshape(units, num_rows * length))
+    x_utd = self._encode(ids_ut, _Rows(unpadding=unpadding), length, rngs)
+    pooled_und = _pool_stream(x_utd, unpadding, attention_mask,
+                              self.config.classifier_pooling)
+    fits_u11 = ((jnp.sum(attention_mask.astype(jnp.int32), axis=(1, 2))
+                 <= tokens) & unpadding.fits_u)[:, None, None]
+    return jnp.where(fits_u11, pooled_und, jnp.nan).reshape(
+        units * num_rows, -1)
+
+
+class ClassificationHead(nnx.Module):
+  """transformers' head on the pooled vector, in float32:
+  classifier(dropout(norm(act(dense(pooled)))))."""
+
+  def __init__(self, config: ModernBertConfig, *, rngs: nnx.Rngs):
+    self.config = config
+    f32 = jnp.float32
+    self.dense = _linear(config.hidden_size, config.hidden_size,
+                         ("embed", None), config.classifier_bias, config,
+                         rngs, dtype=f32)
+    self.norm = _norm(config, rngs, dtype=f32)
+    self.classifier = _linear(config.hidden_size, 1, ("embed", None), True,
+                              config, rngs, dtype=f32)
+
+  def __call__(self, pooled_nd: jax.Array, rngs=None) -> jax.Array:
+    """Scores `[n, 1]`."""
+    act = ACTIVATIONS[self.config.classifier_activation]
+    x_nd = self.norm(act(self.dense(pooled_nd.astype(jnp.float32))))
+    return self.classifier(dropout(x_nd, self.config.classifier_dropout,
+                                   rngs))
+
+
+class ModernBertRanker(nnx.Module):
+  """`ModernBertForSequenceClassification` with one label: scores rows of
+  any leading shape `[..., length]`."""
+
+  def __init__(self, config: ModernBertConfig, *, rngs: nnx.Rngs):
+    self.config = config
+    self.encoder = ModernBertEncoder(config, rngs=rngs)
+    self.head = ClassificationHead(config, rngs=rngs)
+
+  def __call__(self, input_ids: jax.Array, attention_mask: jax.Array,
+               token_type_ids: jax.Array | None = None, *,
+               rngs: nnx.Rngs | None = None,
+               budget: TokenBudget | None = None) -> jax.Array:
+    """float32 scores of shape `input_ids.shape[:-1]`; unpadded with a
+    `budget`. Token types are ignored."""
+    leading, length = input_ids.shape[:-1], input_ids.shape[-1]
+    ids, mask = (x.reshape(-1, length) for x in (input_ids, attention_mask))
+    if budget is None:
+      pooled_nd = self.encoder(ids, mask, rngs=rngs, first_only=True)
+    else:
+      pooled_nd = self.encoder.first_unpadded(
+          *(x.reshape(budget.units, -1, length) for x in (ids, mask)),
+          tokens=budget.tokens, rows=budget.rows, rngs=rngs)
+    return self.head(pooled_nd, rngs)[:, 0].reshape(leading)
+
+
+# --- Weights: transformers tensor names <-> NNX paths ------------------------
+
+Path = tuple[str | int, ...]
+
+
+class Tensor(NamedTuple):
+  """Where a transformers tensor of `shape` lives in NNX, and how it
+  converts there (`to_nnx`) and back (`to_hf`)."""
+  path: Path
+  shape: tuple[int, ...]
+  to_nnx: Callable[[np.ndarray], np.ndarray]
+  to_hf: Callable[[np.ndarray], np.ndarray]
+
+
+def tensor_names(config: ModernBertConfig, *, ranker: bool
+                 ) -> dict[str, Tensor]:
+  """transformers name → `Tensor`, of `ModernBertForSequenceClassification`
+  (`ranker`; the encoder under `model.`) or of `ModernBertModel`."""
+  d, m = config.hidden_size, config.intermediate_size
+  h, k = config.num_heads, config.head_dim
+  same = lambda w: w  # pylint: disable=unnecessary-lambda-assignment
+  names: dict[str, Tensor] = {}
+
+  def linear(hf: str, path: Path, in_shape: tuple[int, ...],
+             out_shape: tuple[int, ...], bias: bool):
+    """[out, in] weight → kernel [*in, *out]; bias → [*out]."""
+    size_in, size_out = math.prod(in_shape), math.prod(out_shape)
+    names[f"{hf}.weight"] = Tensor(
+        path + ("kernel",), (size_out, size_in),
+        lambda w: w.T.reshape(in_shape + out_shape),
+        lambda x: x.reshape(size_in, size_out).T)
+    if bias:
+      names[f"{hf}.bias"] = Tensor(path + ("bias",), (size_out,),
+                                   lambda b: b.reshape(out_shape),
+                                   lambda x: x.reshape(-1))
+
+  def norm(hf: str, path: Path):
+    names[f"{hf}.weight"] = Tensor(path + ("scale",), (d,), same, same)
+    if config.norm_bias:
+      names[f"{hf}.bias"] = Tensor(path + ("bias",), (d,), same, same)
+
+  prefix, base = ("model.", ("encoder",)) if ranker else ("", ())
+  names[f"{prefix}embeddings.tok_embeddings.weight"] = Tensor(
+      base + ("embeddings", "embedding"), (config.vocab_size, d), same, same)
+  norm(f"{prefix}embeddings.norm", base + ("embedding_norm",))
+  for i in range(config.num_layers):
+    hf, layer = f"{prefix}layers.{i}", base + ("layers", i)
+    if i:
+      norm(f"{hf}.attn_norm", layer + ("attn_norm",))
+    linear(f"{hf}.attn.Wqkv", layer + ("attn", "qkv"), (d,), (3, h, k),
+           config.attention_bias)
+    linear(f"{hf}.attn.Wo", layer + ("attn", "out"), (h, k), (d,),
+           config.attention_bias)
+    norm(f"{hf}.mlp_norm", layer + ("mlp_norm",))
+    linear(f"{hf}.mlp.Wi", layer + ("mlp", "wi"), (d,), (2, m),
+           config.mlp_bias)
+    linear(f"{hf}.mlp.Wo", layer + ("mlp", "wo"), (m,), (d,),
+           config.mlp_bias)
+  norm(f"{prefix}final_norm", base + ("final_norm",))
+  if ranker:
+    linear("head.dense", ("head", "dense"), (d,), (d,),
+           config.classifier_bias)
+    norm("head.norm", ("head", "norm"))
+    linear("classifier", ("head", "classifier"), (d,), (1,), True)
+  return names
+
+
+def _listed(names: list[str]) -> str:
+  return ", ".join(names[:6]) + (" ..." if len(names) > 6 else "")
+
+
+def arrays_from_tensors(tensors: dict[str, np.ndarray],
+                        config: ModernBertConfig, *, ranker: bool,
+                        source: str | None = None) -> dict[Path, np.ndarray]:
+  """`{NNX path: array}` of a ranker (from a sequence classifier) or of an
+  encoder (from a `ModernBertModel`, or any ModernBERT's `model.*`).
+
+  Raises:
+    InputError: one line listing missing, unexpected or mis-shaped tensors,
+      or naming a classifier's num_labels other than 1.
+  """
+  if not ranker:
+    encoder = {name.removeprefix("model."): array
+               for name, array in tensors.items()
+               if name.startswith("model.")}
+    tensors = encoder or tensors
+  weight = tensors.get("classifier.weight")
+  if ranker and weight is not None and weight.shape[0] != 1:
+    raise InputError(f"the classifier has num_labels = {weight.shape[0]}; a "
+                     "ranker needs num_labels = 1", source)
+  expected = tensor_names(config, ranker=ranker)
+  missing = sorted(set(expected) - set(tensors))
+  unexpected = sorted(set(tensors) - set(expected))
+  shaped = sorted(f"{name} {tuple(tensors[name].shape)} (expected "
+                  f"{expected[name].shape})" for name in expected
+                  if name in tensors
+                  and tuple(tensors[name].shape) != expected[name].shape)
+  problems = [f"{what} {len(names)} tensors: {_listed(names)}"
+              for what, names in (("missing", missing),
+                                  ("unexpected", unexpected),
+                                  ("mis-shaped", shaped)) if names]
+  if problems:
+    kind = ("ModernBertForSequenceClassification" if ranker
+            else "ModernBertModel")
+    raise InputError(f"checkpoint does not match a {kind} of its "
+                     f"config.json ({'; '.join(problems)})", source)
+  return {tensor.path: tensor.to_nnx(np.asarray(tensors[name]))
+          for name, tensor in expected.items()}
+
+
+def tensors_from_arrays(arrays: dict[Path, Any], config: ModernBertConfig, *,
+                        ranker: bool) -> dict[str, np.ndarray]:
+  """The inverse of `arrays_from_tensors`: float32, contiguous tensors of a
+  `ModernBertForSequenceClassification` (`ranker`) or `ModernBertModel`."""
+  return {name: np.ascontiguousarray(tensor.to_hf(np.asarray(
+      arrays[tensor.path])), dtype=np.float32)
+          for name, tensor in tensor_names(config, ranker=ranker).items()}
+
+
+def _filled(abstract: nnx.Module, arrays: dict[Path, np.ndarray]
+            ) -> nnx.Module:
+  """An abstract (eval_shape) module with every parameter from `arrays`."""
+  graphdef, state = nnx.split(abstract)
+  flat = nnx.to_flat_state(state)
+  for path, variable in flat:
+    variable.set_value(jnp.asarray(arrays[path],
+                                   dtype=variable.get_value().dtype))
+  return nnx.merge(graphdef, nnx.from_flat_state(flat))
+
+
+def load_encoder(checkpoint_dir: str | os.PathLike,
+                 **overrides: Any) -> ModernBertEncoder:
+  """A `ModernBertEncoder` from a transformers ModernBERT directory (a
+  `ModernBertModel`, or any ModernBERT's `model.*` tensors)."""
+  source = os.fspath(checkpoint_dir)
+  config = ModernBertConfig.from_checkpoint(source, **overrides)
+  arrays = arrays_from_tensors(read_tensors(source), config, ranker=False,
+                               source=source)
+  return _filled(nnx.eval_shape(
+      lambda: ModernBertEncoder(config, rngs=nnx.Rngs(0))), arrays)
+
+
+def load_ranker(checkpoint_dir: str | os.PathLike,
+                **overrides: Any) -> ModernBertRanker:
+  """A `ModernBertRanker` from a transformers-saved
+  `ModernBertForSequenceClassification` directory with one label."""
+  source = os.fspath(checkpoint_dir)
+  config = ModernBertConfig.from_checkpoint(source, **overrides)
+  arrays = arrays_from_tensors(read_tensors(source), config, ranker=True,
+                               source=source)
+  return _filled(nnx.eval_shape(
+      lambda: ModernBertRanker(config, rngs=nnx.Rngs(0))), arrays)
+
+
+def save(model: ModernBertRanker | ModernBertEncoder,
+         directory: str | os.PathLike) -> None:
+  """Writes `config.json` and `model.safetensors` that transformers loads as
+  `ModernBertForSequenceClassification` (a ranker, one label) or
+  `ModernBertModel` (an encoder)."""
+  ranker = isinstance(model, ModernBertRanker)
+  arrays = {path: variable.get_value() for path, variable
+            in nnx.to_flat_state(nnx.state(model, nnx.Param))}
+  tensors = tensors_from_arrays(arrays, model.config, ranker=ranker)
+  hf = dict(model.config.to_hf(), model_type="modernbert", dtype="float32",
+            architectures=["ModernBertForSequenceClassification" if ranker
+                           else "ModernBertModel"])
+  if ranker:
+    hf.update(id2label={"0": "LABEL_0"}, label2id={"LABEL_0": 0})
+  directory = os.fspath(directory)
+  os.makedirs(directory, exist_ok=True)
+  with open(os.path.join(directory, "config.json"), "w",
+            encoding="utf-8") as f:
+    json.dump(hf, f, indent=2, sort_keys=True)
+  save_file(tensors, os.path.join(directory, "model.safetensors"),
+            metadata={"format": "pt"})

@@ -1,0 +1,289 @@
+"""ModernBERT against transformers' own: tiny random models (every tensor,
+head included, random), float32 within 1e-4; padded = unpadded; export
+loads in transformers in float32, float16 and bfloat16."""
+
+import os
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+from safetensors.numpy import save_file
+
+from best_jax.errors import InputError
+from best_jax.models import modernbert
+from best_jax.models.modernbert import ModernBertConfig
+from best_jax.models.unpadding import TokenBudget
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+# Layers 0 and 2 global, 1 and 3 local with keys within 4 positions: the
+# window cuts rows of 9-40 tokens.
+TINY = dict(vocab_size=128, hidden_size=32, num_hidden_layers=4,
+            num_attention_heads=2, intermediate_size=48,
+            max_position_embeddings=64, local_attention=8,
+            global_attn_every_n_layers=2, pad_token_id=0, bos_token_id=1,
+            cls_token_id=1, eos_token_id=2, sep_token_id=2)
+BIASED = dict(norm_bias=True, attention_bias=True, mlp_bias=True,
+              classifier_bias=True)
+VARIANTS = {"cls": dict(classifier_pooling="cls"),
+            "mean_biased": dict(classifier_pooling="mean", **BIASED)}
+LENGTHS = (40, 31, 17, 9)
+
+
+def _randomize(model, seed: int) -> None:
+  """Every parameter random: weights N(0, 0.2), the head and classifier
+  N(0, 0.5), norm scales 1 + N(0, 0.2), biases N(0, 0.1)."""
+  generator = torch.Generator().manual_seed(seed)
+  with torch.no_grad():
+    for name, p in model.named_parameters():
+      noise = torch.randn(p.shape, generator=generator)
+      if "norm" in name:
+        p.copy_((1.0 + 0.2 * noise) if name.endswith("weight")
+                else 0.1 * noise)
+      elif name.endswith("bias"):
+        p.copy_(0.1 * noise)
+      else:
+        head = name.startswith(("head.", "classifier."))
+        p.copy_((0.5 if head else 0.2) * noise)
+
+
+def _pairs(lengths=LENGTHS, length=40, seed=0):
+  """`[CLS] q [SEP] d [SEP]` rows of `lengths`, padded with 0."""
+  rng = np.random.default_rng(seed)
+  ids = rng.integers(3, 128, (len(lengths), length))
+  mask = np.arange(length)[None] < np.array(lengths)[:, None]
+  ids[:, 0] = 1
+  ids[:, 5] = 2
+  ids[np.arange(len(lengths)), np.array(lengths) - 1] = 2
+  return np.where(mask, ids, 0).astype(np.int32), mask
+
+
+def _torch_model(cls, seed=0, attn="eager", **overrides):
+  config = transformers.ModernBertConfig(**dict(TINY, **overrides),
+                                         num_labels=1)
+  model = cls._from_config(config, attn_implementation=attn)
+  _randomize(model, seed)
+  return model.eval()
+
+
+@pytest.fixture(scope="module", params=sorted(VARIANTS))
+def classifier(request, tmp_path_factory):
+  """(torch classifier, its saved directory)."""
+  model = _torch_model(transformers.ModernBertForSequenceClassification,
+                       **VARIANTS[request.param])
+  directory = str(tmp_path_factory.mktemp(request.param))
+  model.save_pretrained(directory)
+  return model, directory
+
+
+def _torch_logits(model, ids, mask):
+  with torch.no_grad():
+    return model(input_ids=torch.tensor(ids, dtype=torch.long),
+                 attention_mask=torch.tensor(mask.astype(np.int64))
+                 ).logits.float().numpy()[:, 0]
+
+
+def test_config_sets_local_and_global_layers(classifier):
+  config = ModernBertConfig.from_checkpoint(classifier[1])
+  assert config.layer_types == ("full_attention", "sliding_attention") * 2
+  assert (config.local_attention, config.global_rope_theta,
+          config.local_rope_theta) == (8, 160_000.0, 10_000.0)
+
+
+def test_v4_config_fields():
+  config = ModernBertConfig.from_hf(dict(
+      model_type="modernbert", vocab_size=128, hidden_size=32,
+      num_hidden_layers=4, num_attention_heads=2, intermediate_size=48,
+      global_attn_every_n_layers=3, global_rope_theta=1e5,
+      local_rope_theta=1e3, classifier_pooling="mean"))
+  assert config.layer_types == ("full_attention", "sliding_attention",
+                                "sliding_attention", "full_attention")
+  assert (config.global_rope_theta, config.local_rope_theta) == (1e5, 1e3)
+
+
+@pytest.mark.parametrize("attn", ["eager", "sdpa"])
+def test_scores_equal_transformers(classifier, attn):
+  model, directory = classifier
+  if attn != "eager":
+    model = transformers.ModernBertForSequenceClassification.from_pretrained(
+        directory, attn_implementation=attn).eval()
+  ids, mask = _pairs()
+  expected = _torch_logits(model, ids, mask)
+  ranker = modernbert.load_ranker(directory)
+  scores = np.asarray(ranker(jnp.asarray(ids), jnp.asarray(mask)))
+  assert np.abs(expected).max() > 0.5, "the head must matter"
+  np.testing.assert_allclose(scores, expected, atol=1e-4, rtol=0)
+
+
+def test_window_and_padding_matter(classifier):
+  """The local window changes the scores at these lengths; padding ids
+  change nothing."""
+  _, directory = classifier
+  ids, mask = _pairs()
+  score = lambda ranker, x: np.asarray(ranker(jnp.asarray(x),  # pylint: disable=unnecessary-lambda-assignment
+                                              jnp.asarray(mask)))
+  ranker = modernbert.load_ranker(directory)
+  wide = modernbert.load_ranker(directory, local_attention=128)
+  assert np.abs(score(wide, ids) - score(ranker, ids))[:3].min() > 1e-3
+  np.testing.assert_allclose(score(ranker, np.where(mask, ids, 77)),
+                             score(ranker, ids), atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("budget", [
+    TokenBudget(tokens=100), TokenBudget(tokens=100, rows=(2, 2)),
+    TokenBudget(tokens=80, rows=(0, 2), units=2)])
+def test_unpadded_equals_padded(classifier, budget):
+  _, directory = classifier
+  ranker = modernbert.load_ranker(directory)
+  ids, mask = _pairs()
+  padded = np.asarray(ranker(jnp.asarray(ids), jnp.asarray(mask)))
+  unpadded = np.asarray(ranker(jnp.asarray(ids), jnp.asarray(mask),
+                               budget=budget))
+  np.testing.assert_allclose(unpadded, padded, atol=1e-5, rtol=0)
+
+
+def test_unpadded_dropout_equals_padded(classifier):
+  """Each token and attention score drops as in its padded row."""
+  rates = dict(embedding_dropout=0.1, attention_dropout=0.1,
+               mlp_dropout=0.1, classifier_dropout=0.1)
+  ranker = modernbert.load_ranker(classifier[1], **rates)
+  ids, mask = (jnp.asarray(x) for x in _pairs())
+  score = lambda budget: np.asarray(ranker(  # pylint: disable=unnecessary-lambda-assignment
+      ids, mask, rngs=nnx.Rngs(dropout=3), budget=budget))
+  padded = score(None)
+  assert np.abs(padded - np.asarray(ranker(ids, mask))).min() > 1e-4
+  np.testing.assert_allclose(score(TokenBudget(tokens=100, rows=(2, 2))),
+                             padded, atol=1e-5, rtol=0)
+
+
+def test_unpadded_rows_that_do_not_fit_are_nan(classifier):
+  ranker = modernbert.load_ranker(classifier[1])
+  ids, mask = _pairs()
+  scores = np.asarray(ranker(jnp.asarray(ids), jnp.asarray(mask),
+                             budget=TokenBudget(tokens=60, units=2)))
+  assert np.isnan(scores[:2]).all() and np.isfinite(scores[2:]).all()
+
+
+def test_encoder_equals_transformers_model(tmp_path):
+  model = _torch_model(transformers.ModernBertModel, seed=1, **BIASED)
+  model.save_pretrained(str(tmp_path))
+  ids, mask = _pairs(seed=1)
+  with torch.no_grad():
+    expected = model(input_ids=torch.tensor(ids, dtype=torch.long),
+                     attention_mask=torch.tensor(mask.astype(np.int64))
+                     ).last_hidden_state.numpy()
+  encoder = modernbert.load_encoder(str(tmp_path))
+  hidden = np.asarray(encoder(jnp.asarray(ids), jnp.asarray(mask)))
+  np.testing.assert_allclose(hidden[mask], expected[mask], atol=1e-4, rtol=0)
+  mean = (expected * mask[..., None]).sum(1) / mask.sum(1, keepdims=True)
+  encoder = modernbert.load_encoder(str(tmp_path), classifier_pooling="mean")
+  padded = encoder(jnp.asarray(ids), jnp.asarray(mask), first_only=True)
+  unpadded = encoder.first_unpadded(jnp.asarray(ids)[None],
+                                    jnp.asarray(mask)[None], tokens=100,
+                                    rows=(2, 2))
+  for pooled in (padded, unpadded):
+    np.testing.assert_allclose(np.asarray(pooled), mean, atol=1e-4, rtol=0)
+
+
+def test_encoder_reads_a_classifiers_model_tensors(classifier):
+  _, directory = classifier
+  encoder = modernbert.load_encoder(directory)
+  ranker = modernbert.load_ranker(directory)
+  ids, mask = _pairs()
+  np.testing.assert_array_equal(
+      np.asarray(encoder(jnp.asarray(ids), jnp.asarray(mask))),
+      np.asarray(ranker.encoder(jnp.asarray(ids), jnp.asarray(mask))))
+
+
+# Largest |logit error| / largest |logit| allowed when transformers runs the
+# export in half precision. bfloat16's 8-bit mantissa alone moves this tiny
+# random model's logits by up to ~2% (the source checkpoint loaded in
+# bfloat16 moves them alike: the test checks both give the same logits).
+HALF_ERROR = {"float16": 1e-2, "bfloat16": 3e-2}
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_export_loads_in_transformers(classifier, tmp_path, dtype):
+  _, directory = classifier
+  ranker = modernbert.load_ranker(directory)
+  modernbert.save(ranker, tmp_path)
+  ids, mask = _pairs(seed=2)
+  ours = np.asarray(ranker(jnp.asarray(ids), jnp.asarray(mask)))
+  load = lambda d: transformers.ModernBertForSequenceClassification.from_pretrained(  # pylint: disable=unnecessary-lambda-assignment
+      d, dtype=getattr(torch, dtype), attn_implementation="sdpa").eval()
+  theirs = _torch_logits(load(str(tmp_path)), ids, mask)
+  if dtype == "float32":
+    np.testing.assert_allclose(theirs, ours, atol=1e-4, rtol=0)
+    return
+  assert np.isfinite(theirs).all()
+  np.testing.assert_array_equal(theirs, _torch_logits(load(directory), ids,
+                                                      mask))
+  assert np.abs(theirs - ours).max() <= HALF_ERROR[dtype] * np.abs(ours).max()
+
+
+def test_export_round_trip_is_exact(classifier, tmp_path):
+  ranker = modernbert.load_ranker(classifier[1])
+  modernbert.save(ranker, tmp_path)
+  tensors = modernbert.read_tensors(str(tmp_path))
+  original = modernbert.read_tensors(classifier[1])
+  assert sorted(tensors) == sorted(original)
+  for name, array in original.items():
+    np.testing.assert_array_equal(tensors[name], array, err_msg=name)
+
+
+def test_encoder_export_loads_as_model(tmp_path):
+  model = _torch_model(transformers.ModernBertModel, seed=3)
+  model.save_pretrained(str(tmp_path / "in"))
+  modernbert.save(modernbert.load_encoder(str(tmp_path / "in")),
+                  tmp_path / "out")
+  loaded = transformers.AutoModel.from_pretrained(str(tmp_path / "out"))
+  assert type(loaded).__name__ == "ModernBertModel"
+  for name, p in model.state_dict().items():
+    np.testing.assert_array_equal(loaded.state_dict()[name].numpy(),
+                                  p.numpy(), err_msg=name)
+
+
+def _bad(tmp_path, classifier, edit):
+  """A copy of the classifier's checkpoint with its tensors edited."""
+  tensors = modernbert.read_tensors(classifier[1])
+  edit(tensors)
+  os.makedirs(tmp_path, exist_ok=True)
+  with open(os.path.join(classifier[1], "config.json"), encoding="utf-8") as f:
+    (tmp_path / "config.json").write_text(f.read())
+  save_file(tensors, str(tmp_path / "model.safetensors"))
+  return str(tmp_path)
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda t: t.pop("model.layers.1.attn.Wo.weight"),
+     "missing 1 tensors: model.layers.1.attn.Wo.weight"),
+    (lambda t: t.update({"extra.weight": np.zeros(2, np.float32)}),
+     "unexpected 1 tensors: extra.weight"),
+    (lambda t: t.update({"model.layers.0.attn.Wqkv.weight": np.zeros(
+        (32, 96), np.float32)}),
+     "mis-shaped 1 tensors: model.layers.0.attn.Wqkv.weight (32, 96) "
+     "(expected (96, 32))"),
+    (lambda t: t.update({"classifier.weight": np.zeros((2, 32), np.float32),
+                         "classifier.bias": np.zeros(2, np.float32)}),
+     "num_labels = 2; a ranker needs num_labels = 1"),
+])
+def test_bad_checkpoints_are_one_line_errors(tmp_path, classifier, edit,
+                                             message):
+  with pytest.raises(InputError) as error:
+    modernbert.load_ranker(_bad(tmp_path, classifier, edit))
+  assert message in str(error.value)
+  assert "\n" not in str(error.value)
+
+
+def test_config_errors():
+  with pytest.raises(InputError, match="'bert' is not 'modernbert'"):
+    ModernBertConfig.from_hf({"model_type": "bert"})
+  with pytest.raises(InputError, match="rope_type 'yarn'"):
+    ModernBertConfig.from_hf(dict(
+        model_type="modernbert", vocab_size=8, hidden_size=8,
+        num_hidden_layers=1, num_attention_heads=2, intermediate_size=8,
+        rope_parameters={"full_attention": {"rope_type": "yarn"}}))
+  with pytest.raises(InputError, match="classifier_pooling 'max'"):
+    ModernBertConfig.tiny(classifier_pooling="max")
