@@ -287,3 +287,23 @@ def test_config_errors():
         rope_parameters={"full_attention": {"rope_type": "yarn"}}))
   with pytest.raises(InputError, match="classifier_pooling 'max'"):
     ModernBertConfig.tiny(classifier_pooling="max")
+
+
+@pytest.mark.parametrize("length, window", [(40, 4), (37, 4), (13, 1),
+                                            (64, 8)])
+def test_banded_attention_equals_masked(length, window):
+  rng = np.random.default_rng(length)
+  q, k, v = (jnp.asarray(rng.normal(size=(2, 3, length, 8)), jnp.float32)
+             for _ in range(3))
+  mask = jnp.arange(length)[None] < jnp.array([[length], [length - 7]])
+  banded = modernbert.banded_attention(q, k, v, mask, window)
+  position = np.arange(length)
+  allowed = (np.asarray(mask)[:, None, None, :]
+             & (np.abs(position[:, None] - position[None]) <= window))
+  logits = np.where(allowed, np.einsum("bhqd,bhkd->bhqk", q, k), -1e30)
+  probs = np.exp(logits - logits.max(-1, keepdims=True))
+  dense = np.einsum("bhqk,bhkd->bhqd", probs / probs.sum(-1, keepdims=True),
+                    v)
+  real = np.asarray(mask)[:, None, :, None]
+  np.testing.assert_allclose(np.where(real, banded, 0),
+                             np.where(real, dense, 0), atol=1e-5, rtol=0)

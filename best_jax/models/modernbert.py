@@ -264,11 +264,45 @@ def rotary(x_xthk: jax.Array, positions_xt: jax.Array,
           + rotated * jnp.sin(angles_xt1k)).astype(x_xthk.dtype)
 
 
+def banded_attention(q_bhlk, k_bhlk, v_bhlk, mask_bl,
+                     window: int) -> jax.Array:
+  """Local attention (`|query - key| <= window`) without dropout, on chunks
+  of `window` queries against the keys of their chunk and the two beside
+  it: `[length, 3 · window]` scores instead of `[length, length]`."""
+  batch, heads, length, dim = q_bhlk.shape
+  chunks = -(-length // window)
+  tail = chunks * window - length
+
+  def windows(x, axis):  # [..., L, ...] → [..., chunks, 3 · window, ...]
+    pad = [(0, 0)] * x.ndim
+    pad[axis] = (window, tail + window)
+    x = jnp.pad(x, pad)
+    x = x.reshape(x.shape[:axis] + (chunks + 2, window) + x.shape[axis + 1:])
+    return jnp.concatenate([jax.lax.slice_in_dim(x, i, i + chunks, axis=axis)
+                            for i in range(3)], axis=axis + 1)
+
+  q_bhcwd = jnp.pad(q_bhlk, [(0, 0), (0, 0), (0, tail), (0, 0)]).reshape(
+      batch, heads, chunks, window, dim)
+  offset_ws = (jnp.arange(window)[:, None] + window
+               - jnp.arange(3 * window)[None])
+  mask_b1cws = (windows(mask_bl, 1)[:, None, :, None, :]
+                & (jnp.abs(offset_ws) <= window))
+  logits = jnp.einsum("bhcqd,bhcsd->bhcqs", q_bhcwd, windows(k_bhlk, 2),
+                      preferred_element_type=jnp.float32)
+  logits = jnp.where(mask_b1cws, logits, jnp.finfo(jnp.float32).min)
+  probs = jax.nn.softmax(logits, axis=-1).astype(v_bhlk.dtype)
+  context = jnp.einsum("bhcqs,bhcsd->bhcqd", probs, windows(v_bhlk, 2))
+  return context.reshape(batch, heads, chunks * window, dim)[:, :, :length]
+
+
 def _attend(q_bhqk, k_bhlk, v_bhlk, mask_bl, window: int | None, rate: float,
             key, *, rows=None, padded=None) -> jax.Array:
   """Softmax attention of rows; local (`|query - key| <= window`) when
-  `window` is set, else global (blocked on CPU as `attention_plan` says)."""
+  `window` is set (banded for rows longer than 3 windows, without
+  dropout), else global (blocked on CPU as `attention_plan` says)."""
   length = k_bhlk.shape[2]
+  if window is not None and not rate and length > 3 * window:
+    return banded_attention(q_bhqk, k_bhlk, v_bhlk, mask_bl, window)
   if window is None:
     block = attention_plan(*q_bhqk.shape[:3])
     if block and length > 1:
