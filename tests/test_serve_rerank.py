@@ -21,8 +21,9 @@ from best_jax.serve.trained import from_workdir
 from fake_workdir import write_collection, write_workdir
 from fakes import direct_scores
 
-README = os.path.join(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__))), "README.md")
+# The Python example of the reference that the README links to.
+USAGE = os.path.join(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))), "docs", "usage.md")
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -248,15 +249,15 @@ def test_bi_encoder_reranks_with_embeddings(tmp_path_factory, files):
 
 
 def test_readme_example_runs(exported, reranker, capsys, monkeypatch):
-  """The README's Python example, on an exported tiny model (loaded once
+  """docs/usage.md's Python example, on an exported tiny model (loaded once
   for the module: `Reranker.load` hands back that reranker)."""
-  section = open(README).read().split("## Using a trained model")[1]
+  section = open(USAGE).read().split("## Using a trained model")[1]
   code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
   assert '"exported/maxp"' in code
   monkeypatch.setattr(Reranker, "load", lambda path: (
       reranker if path == exported else pytest.fail(path)))
   code = code.replace('"exported/maxp"', repr(exported))
-  exec(compile(code, "README.md", "exec"), {})  # pylint: disable=exec-used
+  exec(compile(code, "docs/usage.md", "exec"), {})  # pylint: disable=exec-used
   out = capsys.readouterr().out.splitlines()
   assert len(out) >= 3
   float(out[0])  # the pair's score
