@@ -226,6 +226,7 @@ def test_export_loads_in_transformers(classifier, tmp_path, dtype):
 def test_export_round_trip_is_exact(classifier, tmp_path):
   ranker = modernbert.load_ranker(classifier[1])
   modernbert.save(ranker, tmp_path)
+  assert ModernBertConfig.from_checkpoint(tmp_path) == ranker.config
   tensors = modernbert.read_tensors(str(tmp_path))
   original = modernbert.read_tensors(classifier[1])
   assert sorted(tensors) == sorted(original)
@@ -263,8 +264,8 @@ def _bad(tmp_path, classifier, edit):
      "unexpected 1 tensors: extra.weight"),
     (lambda t: t.update({"model.layers.0.attn.Wqkv.weight": np.zeros(
         (32, 96), np.float32)}),
-     "mis-shaped 1 tensors: model.layers.0.attn.Wqkv.weight (32, 96) "
-     "(expected (96, 32))"),
+     "tensor layers.0.attn.Wqkv.weight has shape (32, 96), the "
+     "config.json's model has (96, 32)"),
     (lambda t: t.update({"classifier.weight": np.zeros((2, 32), np.float32),
                          "classifier.bias": np.zeros(2, np.float32)}),
      "num_labels = 2; a ranker needs num_labels = 1"),

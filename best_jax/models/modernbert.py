@@ -25,11 +25,12 @@ import json
 import math
 import os
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import transformers
 from flax import nnx
 from safetensors.numpy import save_file
 
@@ -63,6 +64,8 @@ class ModernBertConfig:
   `layer_types[i]` is "full_attention" (global) or "sliding_attention"
   (local); None: every `global_every`-th layer, from layer 0, is global.
   `dtype` is the activation dtype; the head runs in float32.
+  `attention_block` is `BertConfig`'s, for the global layers. `model_type`
+  and `head` name the family (`models.families`) and its head.
   """
   vocab_size: int = 50368
   hidden_size: int = 768
@@ -92,6 +95,9 @@ class ModernBertConfig:
   sep_token_id: int = 50282
   dtype: Any = jnp.float32
   param_dtype: Any = jnp.float32
+  attention_block: int | None = None
+  model_type: str = "modernbert"
+  head: str = "modernbert"
 
   def __post_init__(self):
     if self.layer_types is None:
@@ -203,6 +209,7 @@ class ModernBertConfig:
         classifier_activation=self.classifier_activation,
         local_attention=self.local_attention,
         layer_types=list(self.layer_types),
+        global_attn_every_n_layers=self.global_every,
         rope_parameters={
             GLOBAL: {"rope_type": "default",
                      "rope_theta": self.global_rope_theta},
@@ -296,15 +303,16 @@ def banded_attention(q_bhlk, k_bhlk, v_bhlk, mask_bl,
 
 
 def _attend(q_bhqk, k_bhlk, v_bhlk, mask_bl, window: int | None, rate: float,
-            key, *, rows=None, padded=None) -> jax.Array:
+            key, *, block: int | None = None, rows=None,
+            padded=None) -> jax.Array:
   """Softmax attention of rows; local (`|query - key| <= window`) when
   `window` is set (banded for rows longer than 3 windows, without
-  dropout), else global (blocked on CPU as `attention_plan` says)."""
+  dropout), else global, blocked per `block` (`attention_block`)."""
   length = k_bhlk.shape[2]
   if window is not None and not rate and length > 3 * window:
     return banded_attention(q_bhqk, k_bhlk, v_bhlk, mask_bl, window)
   if window is None:
-    block = attention_plan(*q_bhqk.shape[:3])
+    block = attention_plan(*q_bhqk.shape[:3]) if block is None else block
     if block and length > 1:
       return blocked_attention(q_bhqk, k_bhlk, v_bhlk, mask_bl, block, rate,
                                key, rows=rows, padded=padded)
@@ -334,18 +342,19 @@ class _Rows:
   def sites(self):
     return None if self.unpadding is None else self.unpadding.sites()
 
-  def attend(self, q_xthk, k_xthk, v_xthk, window, rate, key) -> jax.Array:
+  def attend(self, q_xthk, k_xthk, v_xthk, window, rate, key,
+             block) -> jax.Array:
     """Context `[X, T, heads, head_dim]` of the (scaled) queries."""
     swap = functools.partial(jnp.swapaxes, axis1=1, axis2=2)
     if self.unpadding is None:
       return swap(_attend(swap(q_xthk), swap(k_xthk), swap(v_xthk),
-                          self.mask_bl, window, rate, key))
+                          self.mask_bl, window, rate, key, block=block))
     unpadding, parts = self.unpadding, []
     for group in unpadding.groups:
       rows = lambda x, group=group: swap(group.pad(x))  # pylint: disable=unnecessary-lambda-assignment
       parts.append(swap(_attend(
           rows(q_xthk), rows(k_xthk), rows(v_xthk), group.mask_bl, window,
-          rate, key, rows=group.rows_b,
+          rate, key, block=block, rows=group.rows_b,
           padded=(unpadding.length, unpadding.length))))
     return unpadding.from_groups(parts)
 
@@ -375,7 +384,8 @@ class Attention(nnx.Module):
     k = rotary(k, positions, self.theta)
     rate = self.config.attention_dropout if rngs is not None else 0.0
     key = rngs.dropout() if rate else None
-    context_xthk = rows.attend(q, k, v, self.window, rate, key)
+    context_xthk = rows.attend(q, k, v, self.window, rate, key,
+                               self.config.attention_block)
     return dropout(self.out(context_xthk), rate, rngs, rows.sites)
 
 
@@ -551,68 +561,96 @@ class ModernBertRanker(nnx.Module):
 # --- Weights: transformers tensor names <-> NNX paths ------------------------
 
 Path = tuple[str | int, ...]
+Convert = Callable[[np.ndarray], np.ndarray]
+# name → (NNX path, transformers' array → best_jax's, the inverse).
+Tensors = dict[str, tuple[Path, Convert, Convert]]
+PREFIX = "model."  # The encoder's names in the sequence classifier.
 
 
-class Tensor(NamedTuple):
-  """Where a transformers tensor of `shape` lives in NNX, and how it
-  converts there (`to_nnx`) and back (`to_hf`)."""
-  path: Path
-  shape: tuple[int, ...]
-  to_nnx: Callable[[np.ndarray], np.ndarray]
-  to_hf: Callable[[np.ndarray], np.ndarray]
+def _checked(name: str, shape: tuple[int, ...], convert: Convert) -> Convert:
+  """`convert`, after an InputError for an array not of `shape`."""
+  def checked(array: np.ndarray) -> np.ndarray:
+    if tuple(array.shape) != shape:
+      raise InputError(f"tensor {name} has shape {tuple(array.shape)}, the "
+                       f"config.json's model has {shape}")
+    return convert(array)
+  return checked
 
 
-def tensor_names(config: ModernBertConfig, *, ranker: bool
-                 ) -> dict[str, Tensor]:
-  """transformers name → `Tensor`, of `ModernBertForSequenceClassification`
-  (`ranker`; the encoder under `model.`) or of `ModernBertModel`."""
-  d, m = config.hidden_size, config.intermediate_size
-  h, k = config.num_heads, config.head_dim
-  same = lambda w: w  # pylint: disable=unnecessary-lambda-assignment
-  names: dict[str, Tensor] = {}
-
-  def linear(hf: str, path: Path, in_shape: tuple[int, ...],
-             out_shape: tuple[int, ...], bias: bool):
-    """[out, in] weight → kernel [*in, *out]; bias → [*out]."""
-    size_in, size_out = math.prod(in_shape), math.prod(out_shape)
-    names[f"{hf}.weight"] = Tensor(
-        path + ("kernel",), (size_out, size_in),
-        lambda w: w.T.reshape(in_shape + out_shape),
-        lambda x: x.reshape(size_in, size_out).T)
+def _tensor_map(config: ModernBertConfig, layout: list) -> Tensors:
+  """`layout`: (name, path, kind, in shape, out shape) with kind `linear`
+  ([out, in] weight → kernel [*in, *out], bias → [*out], the bias only
+  when the out shape's flag is set) or `norm` / `table` (as they are)."""
+  names: Tensors = {}
+  for name, path, kind, shape_in, shape_out, bias in layout:
+    if kind == "linear":
+      size_in, size_out = math.prod(shape_in), math.prod(shape_out)
+      names[f"{name}.weight"] = (
+          path + ("kernel",),
+          _checked(f"{name}.weight", (size_out, size_in),
+                   lambda w, s=shape_in + shape_out: w.T.reshape(s)),
+          lambda x, s=(size_in, size_out): x.reshape(s).T)
+      bias_shape = shape_out
+    else:
+      names[f"{name}.weight"] = (
+          path + ("embedding" if kind == "table" else "scale",),
+          _checked(f"{name}.weight", shape_in, lambda w: w), lambda x: x)
+      bias_shape = shape_in
     if bias:
-      names[f"{hf}.bias"] = Tensor(path + ("bias",), (size_out,),
-                                   lambda b: b.reshape(out_shape),
-                                   lambda x: x.reshape(-1))
-
-  def norm(hf: str, path: Path):
-    names[f"{hf}.weight"] = Tensor(path + ("scale",), (d,), same, same)
-    if config.norm_bias:
-      names[f"{hf}.bias"] = Tensor(path + ("bias",), (d,), same, same)
-
-  prefix, base = ("model.", ("encoder",)) if ranker else ("", ())
-  names[f"{prefix}embeddings.tok_embeddings.weight"] = Tensor(
-      base + ("embeddings", "embedding"), (config.vocab_size, d), same, same)
-  norm(f"{prefix}embeddings.norm", base + ("embedding_norm",))
-  for i in range(config.num_layers):
-    hf, layer = f"{prefix}layers.{i}", base + ("layers", i)
-    if i:
-      norm(f"{hf}.attn_norm", layer + ("attn_norm",))
-    linear(f"{hf}.attn.Wqkv", layer + ("attn", "qkv"), (d,), (3, h, k),
-           config.attention_bias)
-    linear(f"{hf}.attn.Wo", layer + ("attn", "out"), (h, k), (d,),
-           config.attention_bias)
-    norm(f"{hf}.mlp_norm", layer + ("mlp_norm",))
-    linear(f"{hf}.mlp.Wi", layer + ("mlp", "wi"), (d,), (2, m),
-           config.mlp_bias)
-    linear(f"{hf}.mlp.Wo", layer + ("mlp", "wo"), (m,), (d,),
-           config.mlp_bias)
-  norm(f"{prefix}final_norm", base + ("final_norm",))
-  if ranker:
-    linear("head.dense", ("head", "dense"), (d,), (d,),
-           config.classifier_bias)
-    norm("head.norm", ("head", "norm"))
-    linear("classifier", ("head", "classifier"), (d,), (1,), True)
+      names[f"{name}.bias"] = (
+          path + ("bias",),
+          _checked(f"{name}.bias", (math.prod(bias_shape),),
+                   lambda b, s=bias_shape: b.reshape(s)),
+          lambda x: x.reshape(-1))
   return names
+
+
+def encoder_tensors(config: ModernBertConfig) -> Tensors:
+  """`ModernBertModel`'s tensor names → paths in `ModernBertEncoder`."""
+  d, m = config.hidden_size, config.intermediate_size
+  heads = (config.num_heads, config.head_dim)
+  norm = lambda name, path: (name, path, "norm", (d,), None,  # pylint: disable=unnecessary-lambda-assignment
+                             config.norm_bias)
+  layout = [("embeddings.tok_embeddings", ("embeddings",), "table",
+             (config.vocab_size, d), None, False),
+            norm("embeddings.norm", ("embedding_norm",))]
+  for i in range(config.num_layers):
+    hf, layer = f"layers.{i}", ("layers", i)
+    if i:
+      layout.append(norm(f"{hf}.attn_norm", layer + ("attn_norm",)))
+    layout += [
+        (f"{hf}.attn.Wqkv", layer + ("attn", "qkv"), "linear", (d,),
+         (3,) + heads, config.attention_bias),
+        (f"{hf}.attn.Wo", layer + ("attn", "out"), "linear", heads, (d,),
+         config.attention_bias),
+        norm(f"{hf}.mlp_norm", layer + ("mlp_norm",)),
+        (f"{hf}.mlp.Wi", layer + ("mlp", "wi"), "linear", (d,), (2, m),
+         config.mlp_bias),
+        (f"{hf}.mlp.Wo", layer + ("mlp", "wo"), "linear", (m,), (d,),
+         config.mlp_bias)]
+  layout.append(norm("final_norm", ("final_norm",)))
+  return _tensor_map(config, layout)
+
+
+def head_tensors(config: ModernBertConfig) -> Tensors:
+  """`ModernBertForSequenceClassification`'s head and classifier (one
+  label) → paths in a ranker whose `head` is a `ClassificationHead`."""
+  d = config.hidden_size
+  return _tensor_map(config, [
+      ("head.dense", ("head", "dense"), "linear", (d,), (d,),
+       config.classifier_bias),
+      ("head.norm", ("head", "norm"), "norm", (d,), None, config.norm_bias),
+      ("classifier", ("head", "classifier"), "linear", (d,), (1,), True)])
+
+
+def tensor_names(config: ModernBertConfig, *, ranker: bool) -> Tensors:
+  """All tensors of `ModernBertForSequenceClassification` (`ranker`: the
+  encoder's under `model.`, paths in the ranker) or of `ModernBertModel`."""
+  if not ranker:
+    return encoder_tensors(config)
+  names = {PREFIX + name: (("encoder",) + path, *convert)
+           for name, (path, *convert) in encoder_tensors(config).items()}
+  return dict(names, **head_tensors(config))
 
 
 def _listed(names: list[str]) -> str:
@@ -626,13 +664,12 @@ def arrays_from_tensors(tensors: dict[str, np.ndarray],
   encoder (from a `ModernBertModel`, or any ModernBERT's `model.*`).
 
   Raises:
-    InputError: one line listing missing, unexpected or mis-shaped tensors,
-      or naming a classifier's num_labels other than 1.
+    InputError: one line naming missing, unexpected or mis-shaped tensors,
+      or a classifier's num_labels other than 1.
   """
   if not ranker:
-    encoder = {name.removeprefix("model."): array
-               for name, array in tensors.items()
-               if name.startswith("model.")}
+    encoder = {name.removeprefix(PREFIX): array
+               for name, array in tensors.items() if name.startswith(PREFIX)}
     tensors = encoder or tensors
   weight = tensors.get("classifier.weight")
   if ranker and weight is not None and weight.shape[0] != 1:
@@ -641,30 +678,29 @@ def arrays_from_tensors(tensors: dict[str, np.ndarray],
   expected = tensor_names(config, ranker=ranker)
   missing = sorted(set(expected) - set(tensors))
   unexpected = sorted(set(tensors) - set(expected))
-  shaped = sorted(f"{name} {tuple(tensors[name].shape)} (expected "
-                  f"{expected[name].shape})" for name in expected
-                  if name in tensors
-                  and tuple(tensors[name].shape) != expected[name].shape)
   problems = [f"{what} {len(names)} tensors: {_listed(names)}"
               for what, names in (("missing", missing),
-                                  ("unexpected", unexpected),
-                                  ("mis-shaped", shaped)) if names]
+                                  ("unexpected", unexpected)) if names]
   if problems:
     kind = ("ModernBertForSequenceClassification" if ranker
             else "ModernBertModel")
     raise InputError(f"checkpoint does not match a {kind} of its "
                      f"config.json ({'; '.join(problems)})", source)
-  return {tensor.path: tensor.to_nnx(np.asarray(tensors[name]))
-          for name, tensor in expected.items()}
+  try:
+    return {path: convert(np.asarray(tensors[name]))
+            for name, (path, convert, _) in expected.items()}
+  except InputError as e:
+    raise InputError(e.message, source) from None
 
 
 def tensors_from_arrays(arrays: dict[Path, Any], config: ModernBertConfig, *,
                         ranker: bool) -> dict[str, np.ndarray]:
   """The inverse of `arrays_from_tensors`: float32, contiguous tensors of a
   `ModernBertForSequenceClassification` (`ranker`) or `ModernBertModel`."""
-  return {name: np.ascontiguousarray(tensor.to_hf(np.asarray(
-      arrays[tensor.path])), dtype=np.float32)
-          for name, tensor in tensor_names(config, ranker=ranker).items()}
+  return {name: np.ascontiguousarray(invert(np.asarray(arrays[path])),
+                                     dtype=np.float32)
+          for name, (path, _, invert)
+          in tensor_names(config, ranker=ranker).items()}
 
 
 def _filled(abstract: nnx.Module, arrays: dict[Path, np.ndarray]
@@ -702,24 +738,34 @@ def load_ranker(checkpoint_dir: str | os.PathLike,
       lambda: ModernBertRanker(config, rngs=nnx.Rngs(0))), arrays)
 
 
+def read_config(hf: dict[str, Any], path: str, classifier: bool,
+                **overrides: Any) -> ModernBertConfig:
+  """The family's config of a config.json (`models.families`)."""
+  del classifier  # A *Model starts a random ClassificationHead.
+  return ModernBertConfig.from_hf(hf, path, **overrides)
+
+
+def hf_config(config: ModernBertConfig, classifier: bool,
+              pad_id: int) -> transformers.ModernBertConfig:
+  """The transformers config of an export: the sequence classifier with one
+  label (`classifier`) or the `ModernBertModel`."""
+  name = ("ModernBertForSequenceClassification" if classifier
+          else "ModernBertModel")
+  return transformers.ModernBertConfig(
+      architectures=[name], **dict(config.to_hf(), pad_token_id=pad_id),
+      **(dict(num_labels=1) if classifier else {}))
+
+
 def save(model: ModernBertRanker | ModernBertEncoder,
          directory: str | os.PathLike) -> None:
   """Writes `config.json` and `model.safetensors` that transformers loads as
-  `ModernBertForSequenceClassification` (a ranker, one label) or
-  `ModernBertModel` (an encoder)."""
+  `ModernBertForSequenceClassification` (a ranker) or `ModernBertModel`."""
   ranker = isinstance(model, ModernBertRanker)
   arrays = {path: variable.get_value() for path, variable
             in nnx.to_flat_state(nnx.state(model, nnx.Param))}
-  tensors = tensors_from_arrays(arrays, model.config, ranker=ranker)
-  hf = dict(model.config.to_hf(), model_type="modernbert", dtype="float32",
-            architectures=["ModernBertForSequenceClassification" if ranker
-                           else "ModernBertModel"])
-  if ranker:
-    hf.update(id2label={"0": "LABEL_0"}, label2id={"LABEL_0": 0})
   directory = os.fspath(directory)
-  os.makedirs(directory, exist_ok=True)
-  with open(os.path.join(directory, "config.json"), "w",
-            encoding="utf-8") as f:
-    json.dump(hf, f, indent=2, sort_keys=True)
-  save_file(tensors, os.path.join(directory, "model.safetensors"),
+  hf_config(model.config, ranker, model.config.pad_token_id).save_pretrained(
+      directory)
+  save_file(tensors_from_arrays(arrays, model.config, ranker=ranker),
+            os.path.join(directory, "model.safetensors"),
             metadata={"format": "pt"})
