@@ -174,7 +174,7 @@ def main(argv=None) -> int:
     from flax import nnx
     bert = nnx.merge(ranker.trainer.graphdef, ranker.pretrained).encoder.config
     builds = {f"{regime} train_step": examples.SegmentExamples(
-        inputs, regime, config.seed, negatives=config.goldp.negatives)
+        inputs, regime, config.seed)
               for regime in ("firstp", "maxp_all", "goldp")}
     if config.best.get("theta0", "joint") == "joint":
       # θ⁽⁰⁾'s rows; θ⁽¹⁾'s selected rows (1 in k_train) stay padded.

@@ -60,7 +60,6 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       max_to_keep=1, unpadded=True,
       attention_groups=3))
   config.regimes = ("firstp", "maxp", "best")
-  config.goldp = ml_collections.ConfigDict(dict(negatives="first"))
   config.best = ml_collections.ConfigDict(dict(
       theta0="joint",  # or "pretrained" (a bi-encoder): see checks.THETA0
       max_iterations=2 if runlocal else 3, pairing="same",

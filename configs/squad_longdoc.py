@@ -115,7 +115,6 @@ def _full() -> ml_collections.ConfigDict:
       # (bench/padding_waste.py; README). The CPU variants use 3.
       unpadded=True, attention_groups=8))
   config.regimes = ("firstp", "maxp", "maxp_all", "goldp", "best")
-  config.goldp = ml_collections.ConfigDict(dict(negatives="random"))
   config.best = ml_collections.ConfigDict(dict(
       theta0="joint",  # or "pretrained" (a bi-encoder): see checks.THETA0
       max_iterations=5, pairing="same", select_with_dropout=False,

@@ -85,7 +85,6 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.train.eval_every = 5
   config.train.patience = 2
   config.regimes = ("firstp", "maxp", "maxp_all", "goldp", "best")
-  config.goldp = ml_collections.ConfigDict(dict(negatives="first"))
   config.best = ml_collections.ConfigDict(dict(
       theta0="joint",  # or "pretrained" (a bi-encoder): see checks.THETA0
       max_iterations=3, pairing="same", select_with_dropout=False,

@@ -70,7 +70,6 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       unpadded=True,
       attention_groups=3))
   config.regimes = ("firstp", "maxp", "best")
-  config.goldp = ml_collections.ConfigDict(dict(negatives="first"))
   config.best = ml_collections.ConfigDict(dict(
       theta0="joint",  # or "pretrained" (a bi-encoder): see checks.THETA0
       max_iterations=5, pairing="same", select_with_dropout=False))

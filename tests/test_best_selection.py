@@ -6,7 +6,6 @@ import numpy as np
 
 from best_jax.select.bm25_segments import bm25_best_segments
 from best_jax.experiment import regimes
-from best_jax.experiment.examples import gold_segment
 from best_jax.train.best import masked_argmax
 
 
@@ -48,23 +47,38 @@ def test_schedule_is_seeded_and_samples_only_negatives():
 
 def test_choose_segments_per_regime():
   group = regimes.Group("q", ("p", "n"))
-  counts = [3, 2]
+  spans = [np.array([[0, 10], [11, 30], [31, 50]]), np.array([[0, 9], [10, 90]])]
   rng = np.random.default_rng(0)
-  assert regimes.choose_segments("firstp", group, counts, rng=rng) == [0, 0]
-  assert regimes.choose_segments("goldp", group, counts, rng=rng) == [
-      regimes.GOLD, 0]
+  assert regimes.choose_segments("firstp", group, spans, rng=rng) == [0, 0]
   assert regimes.choose_segments(
-      "best", group, counts, rng=rng,
+      "best", group, spans, rng=rng,
       selected={("q", "p"): 2, ("q", "n"): 1}) == [2, 1]
-  draws = {tuple(regimes.choose_segments("maxp_all", group, counts, rng=rng))
+  draws = {tuple(regimes.choose_segments("maxp_all", group, spans, rng=rng))
            for _ in range(60)}
   assert {d[0] for d in draws} == {0, 1, 2} and {d[1] for d in draws} == {0, 1}
 
 
-def test_gold_segment_and_bm25_best_segment():
-  spans = np.array([[0, 10], [11, 30], [31, 50]])
-  assert gold_segment(spans, (12, 40)) == 1      # overlaps 18 vs 9 chars
-  assert gold_segment(spans, (45, 60)) == 2
+def test_goldp_holds_the_answer_start_and_draws_the_rest_by_length():
+  """The positive's segment holds its answer start (a space before a segment
+  belongs to the one before); a negative's holds a random character, so its
+  second segment (80 characters) is drawn about 8 times as often as its
+  first (9 and a space); an answer past the segments is drawn like a
+  negative."""
+  group = regimes.Group("q", ("p", "n"))
+  spans = [np.array([[0, 10], [11, 30], [31, 50]]), np.array([[0, 9], [10, 90]])]
+  rng = np.random.default_rng(0)
+  for start, index in ((0, 0), (10, 0), (11, 1), (30, 1), (49, 2)):
+    assert regimes.choose_segments("goldp", group, spans, rng=rng,
+                                   gold_start=start)[0] == index
+  draws = np.array([regimes.choose_segments("goldp", group, spans, rng=rng,
+                                            gold_start=50)
+                    for _ in range(4000)])
+  assert 7 < (draws[:, 1] == 1).sum() / (draws[:, 1] == 0).sum() < 9
+  assert set(draws[:, 0]) == {0, 1, 2}
+  assert 0.3 < (draws[:, 0] == 1).mean() < 0.5  # 20 of 50 characters
+
+
+def test_bm25_best_segment():
   best = bm25_best_segments(
       {"q": "red fox"},
       {("q", "d"): ["a blue cat", "the red fox jumps", "red"]})

@@ -25,6 +25,7 @@ from best_jax.experiment import inputs as inputs_lib
 from best_jax.experiment import evaluation
 from best_jax.experiment import models as models_lib
 from best_jax.experiment import plans
+from best_jax.experiment import regimes as regimes_lib
 from best_jax.experiment import run as run_lib
 from best_jax.rerank import interpolate
 from best_jax.train import loop
@@ -102,7 +103,21 @@ def test_work_recorded_before_a_setting_changed_meaning_still_resumes():
               if k != "segments.training_span"}
     assert checks.stale_keys(before, current, regime) == (
         [] if regime == "firstp" else
-        ["segments.training_span: 'leading k_train' -> 'inference'"])
+        ["segments.training_span: 'leading k_train' -> 'inside inference'"])
+  # Until issue 40 the last training segment ran past the scored span (a
+  # change with `max_segments` only) and GoldP drew its positive elsewhere.
+  for arg, changed in (("cpu", True), ("cpu_bi", False)):
+    variant = load_config(f"configs/squad_longdoc.py:{arg}")
+    for regime in ("firstp", "maxp_all", "goldp", "best"):
+      current = checks.fingerprint(variant, regime)
+      before = dict(current, **{"goldp.negatives": "random"})
+      if regime != "firstp":
+        before["segments.training_span"] = "inference"
+      stale = checks.stale_keys(before, current, regime)
+      assert ("goldp.negatives: 'random' -> '(unset)'" in stale) == (
+          regime == "goldp")
+      assert (stale != []) == (regime == "goldp" or
+                               (changed and regime != "firstp")), (arg, stale)
   # k_train sizes BeST's joint step alone: raising it (as the log advises)
   # leaves the other regimes' work, recorded with or without the key.
   wider = load_config("configs/squad_longdoc.py:cpu",
@@ -357,20 +372,21 @@ def test_qds_alone_runs_without_birch(tmp_path):
   assert "QDS" in means and "Birch" not in means
 
 
-def test_goldp_trains_on_the_gold_segment_of_the_training_segmentation(
+def test_goldp_trains_inside_the_scored_span_on_the_answers_segment(
     tmp_path, monkeypatch):
-  """GoldP's positive is the training segment (random lengths, like its
-  negatives) that holds the gold passage, wherever it lies in the document,
-  even past the inference cap (here one segment)."""
+  """GoldP's positive is the training segment holding the answer start when
+  the answer lies in the span inference scores (here one window), drawn like
+  a negative otherwise; every segment comes from the one training
+  segmentation, which ends where the scored span ends."""
   seen = []
-  gold_segment = examples_lib.gold_segment
+  choose = regimes_lib.choose_segments
 
-  def spy(spans_s2, gold):
-    index = gold_segment(spans_s2, gold)
-    seen.append((spans_s2.tolist(), index, gold))
+  def spy(regime, group, spans, **kwargs):
+    index = choose(regime, group, spans, **kwargs)
+    seen.append(([s.tolist() for s in spans], index, kwargs["gold_start"]))
     return index
 
-  monkeypatch.setattr(examples_lib, "gold_segment", spy)
+  monkeypatch.setattr(regimes_lib, "choose_segments", spy)
   spans = collections.defaultdict(dict)  # by segmentation
   getitem = inputs_lib.SegmentCache.__getitem__
 
@@ -385,18 +401,17 @@ def test_goldp_trains_on_the_gold_segment_of_the_training_segmentation(
                    workdir, "--config.regimes=['goldp']",
                    "--config.segments.max_segments=1",
                    "--config.birch.enabled=False"] + ARGS) == 0
-  assert seen
-  assert all(evidence.overlaps(spans[i], gold) for spans, i, gold in seen)
-  assert any(i > 0 for _, i, _ in seen)  # beyond the one inference segment
-  # The positives' segmentation is the negatives' one (random lengths, same
-  # seed), continued past the inference span: never the inference windows.
-  train, gold = spans["segment (train)"], spans["segment (gold)"]
-  shared = set(gold) & set(train)
-  assert shared and set(spans) == {"segment (train)", "segment (gold)",
-                                   "segment (eval)"}
+  inside = [(s[0], i[0], g) for s, i, g in seen if g < s[0][-1][1]]
+  assert inside and len(inside) < len(seen)  # some answers lie past it
+  for segments, index, gold in inside:
+    assert segments[index][0] <= gold < segments[index][1]
+  assert any(i > 0 for _, i, _ in inside)
+  assert set(spans) == {"segment (train)", "segment (eval)"}
+  train, scored = spans["segment (train)"], spans["segment (eval)"]
+  shared = set(train) & set(scored)
+  assert shared
   for docid in shared:
-    assert gold[docid][:len(train[docid])] == train[docid]
-  assert any(len(gold[d]) > len(train[d]) for d in shared)
+    assert train[docid][-1][1] == scored[docid][-1][1]
   with open(os.path.join(workdir, "metrics.json")) as f:
     p_at_1 = json.load(f)["segment_p_at_1"]
   # With one scored segment, the ceiling is the first segment's P@1.

@@ -100,7 +100,11 @@ def fingerprint(config: ml_collections.ConfigDict, regime: str
   # The dev questions pick each stage's best checkpoint.
   settings["data.subsample_seed"] = config.data.get("seed", 0)
   if regime in _SPAN_REGIMES:
-    settings["segments.training_span"] = "inference"
+    # With `max_segments`, the last training segment is cut at the span's
+    # end since issue 40 (recorded stages trained past it).
+    settings["segments.training_span"] = (
+        "inference" if config.segments.max_segments is None
+        else "inside inference")
   if balances_micro_batches(config):
     settings["train.micro_batches"] = "balanced per data shard"
   if (config.train.get("fixed_order_reduction", False)
@@ -163,8 +167,6 @@ def check_config(config: ml_collections.ConfigDict) -> jax.sharding.Mesh:
       ("train.loss", t.loss, tuple(LOSSES)),
       ("eval.aggregation", config.eval.aggregation, AGGREGATIONS),
       ("best.pairing", config.best.get("pairing", "same"), PAIRINGS),
-      ("goldp.negatives", config.get("goldp", {}).get("negatives", "random"),
-       ("first", "random")),
       ("qds.head", config.get("qds", {}).get("head", "paper"), QDS_HEADS),
       ("qds.pattern", config.get("qds", {}).get("pattern", "qds"),
        QDS_PATTERNS)):

@@ -4,8 +4,8 @@ A group (a query, its positive document, then negatives) becomes model
 inputs according to the regime (SPEC §1-2, `train.regimes`):
 
 - one segment per document, `[G, L]` (`SegmentExamples`): FirstP (segment 0),
-  MaxP-all (a random segment), GoldP (the positive's segment holding the gold
-  passage, random negative segments) and BeST iterations on selected
+  MaxP-all (a random segment), GoldP (the positive's segment holding the
+  answer start, length-matched negative segments) and BeST iterations on selected
   segments (the segment the frozen previous model, or the pretrained
   bi-encoder, selected);
 - the leading `k_train` training segments, `[G, k_train, L]` with a segment
@@ -42,21 +42,6 @@ from best_jax.experiment.inputs import Inputs, SegmentCache
 from best_jax.experiment.regimes import Group
 
 Example = dict[str, np.ndarray]
-
-
-def gold_segment(spans_s2: np.ndarray, gold: tuple[int, int]) -> int:
-  """The segment that overlaps the gold span `[start, end)` the most.
-
-  Ties go to the earlier segment; with no overlap at all, the last segment
-  starting at or before the gold start.
-  """
-  start, end = gold
-  overlap = (np.minimum(spans_s2[:, 1], end)
-             - np.maximum(spans_s2[:, 0], start)).clip(min=0)
-  if overlap.max(initial=0) > 0:
-    return int(np.argmax(overlap))
-  before = np.nonzero(spans_s2[:, 0] <= start)[0]
-  return int(before[-1]) if len(before) else 0
 
 
 def _labels(num_docs: int) -> np.ndarray:
@@ -117,7 +102,6 @@ class SegmentExamples:
   regime: str
   seed: int
   selected: Mapping[tuple[str, str], int] | None = None
-  negatives: str = "first"
   family: str = "cross"
 
   def features(self, group_size: int) -> dict[str, Feature]:
@@ -126,28 +110,26 @@ class SegmentExamples:
 
   def __call__(self, index: int, group: Group) -> Example:
     store: SegmentCache = self.inputs.train_segments
-    counts = [store[d].count for d in group.docids]
+    docs = [store[d] for d in group.docids]
     rng = np.random.default_rng([self.seed, index, 7])
     choice = regimes.choose_segments(
-        self.regime, group, counts, rng=rng, selected=self.selected,
-        negatives=self.negatives)
-    content_len = self.inputs.segmenter.config.content_len
-    tokens = np.zeros((len(group.docids), content_len), np.int32)
-    mask = np.zeros((len(group.docids), content_len), bool)
-    for g, (docid, segment) in enumerate(zip(group.docids, choice)):
-      if segment == regimes.GOLD:
-        doc = self.inputs.gold_segments[docid]
-        gold = self.inputs.data.splits["train"].gold.get((group.qid, docid))
-        # A positive without a gold passage falls back to its first segment.
-        segment = (0 if gold is None
-                   else gold_segment(doc.spans_s2, gold.passage))
-      else:
-        doc = store[docid]
-      tokens[g], mask[g] = doc.tokens_sl[segment], doc.mask_sl[segment]
+        self.regime, group, [doc.spans_s2 for doc in docs], rng=rng,
+        selected=self.selected, gold_start=self._gold_start(group))
+    tokens = np.stack([doc.tokens_sl[s] for doc, s in zip(docs, choice)])
+    mask = np.stack([doc.mask_sl[s] for doc, s in zip(docs, choice)])
     return dict(_pack(self.inputs, self.family, group.qid, group.docids,
                       tokens, mask),
                 labels=_labels(len(group.docids)),
                 mask=np.ones(len(group.docids), bool))
+
+  def _gold_start(self, group: Group) -> int | None:
+    """Where the positive's first answer starts (its gold passage's start
+    without answers; None without gold)."""
+    gold = self.inputs.data.splits["train"].gold.get(
+        (group.qid, group.docids[0]))
+    if gold is None:
+      return None
+    return gold.answers[0][0] if gold.answers else gold.passage[0]
 
 
 @dataclasses.dataclass

@@ -70,20 +70,19 @@ class DocumentSegments:
 
 
 class SegmentCache:
-  """Documents segmented when first needed, one way (`training`/`keep_all`
-  as in `Segmenter.segment_tokenized`), each document seeded by its docid.
+  """Documents segmented when first needed, one way (`training` as in
+  `Segmenter.segment_tokenized`), each document seeded by its docid.
   With `capacity`, at most that many documents are kept (the least
   recently used go first, never those of the current `prepare`)."""
 
   def __init__(self, segmenter: Segmenter,
                documents: Mapping[str, tuple[str, str]], *, training: bool,
-               seed: int = 0, keep_all: bool = False, name: str = "segment",
+               seed: int = 0, name: str = "segment",
                capacity: int | None = None):
     self.segmenter = segmenter
     self._documents = documents
     self._training = training
     self._seed = seed
-    self._keep_all = keep_all
     self._name = name
     self._capacity = capacity
     self._cache: collections.OrderedDict[str, DocumentSegments] = (
@@ -92,7 +91,7 @@ class SegmentCache:
   @property
   def width(self) -> int | None:
     """The fixed segment axis of this segmentation (None: unbounded)."""
-    if self._keep_all or self._training:
+    if self._training:
       return None
     return self.segmenter.config.max_segments
 
@@ -114,7 +113,7 @@ class SegmentCache:
         part = missing[start:start + chunk]
         batch = self.segmenter.segment(
             [self._documents[d] for d in part], training=self._training,
-            seeds=[self.doc_seed(d) for d in part], keep_all=self._keep_all)
+            seeds=[self.doc_seed(d) for d in part])
         for i, docid in enumerate(part):
           count = int(batch.num_segments_d[i])
           # Copies: a view would keep the whole chunk, padded to its
@@ -151,8 +150,7 @@ class Inputs:
   schedule: list[list[Group]]
   candidates: dict[str, dict[str, list[str]]]  # split -> qid -> docids
   pairs: dict[str, list[Pair]]  # dev/test: candidates, then gold pairs
-  train_segments: SegmentCache  # random lengths, all of the inference span
-  gold_segments: SegmentCache   # random lengths, the whole document
+  train_segments: SegmentCache  # random lengths, the inference span
   eval_segments: SegmentCache   # inference windows (`max_segments`)
 
   @property
@@ -191,8 +189,5 @@ def build_inputs(config: ml_collections.ConfigDict, workdir: Workdir
       candidates=candidates, pairs=pairs,
       train_segments=SegmentCache(segmenter, documents, training=True,
                                   seed=config.seed, name="segment (train)"),
-      gold_segments=SegmentCache(segmenter, documents, training=True,
-                                 seed=config.seed, keep_all=True,
-                                 name="segment (gold)"),
       eval_segments=SegmentCache(segmenter, documents, training=False,
                                  name="segment (eval)"))

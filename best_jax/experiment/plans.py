@@ -47,7 +47,6 @@ def segment_plan(name: str, regime: str, config: ml_collections.ConfigDict,
   """A model trained on one segment per document (`regime`: firstp,
   maxp_all, goldp or best with `selected`)."""
   build = SegmentExamples(inputs, regime, seed=config.seed, selected=selected,
-                          negatives=config.goldp.negatives,
                           family=config.ranker.kind)
   seed = stage_seed(config, name)
   examples = GroupExamples(inputs.schedule, build)

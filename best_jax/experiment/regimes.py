@@ -12,9 +12,13 @@ Segment choice per regime (SPEC §1-2):
   definition of MaxP, which differs only at inference.
 - `maxp_all`: Dai & Callan's MaxP, trained on all passages with the document's
   label: a uniformly random valid segment of every document, per example.
-- `goldp`: the gold segment of the positive (the segment holding the gold
-  passage), segment 0 (or a random one) of the negatives; all from the same
-  random-length segmentation, so GoldP cannot learn segment length.
+- `goldp`: the positive's segment holding where its answer starts (the gold
+  passage's start without answers); each negative's segment holding a
+  uniformly random character of its document. A longer segment holds a given
+  character more often, so positives and negatives are drawn alike, by
+  length, from one random-length segmentation: the length of a segment says
+  nothing about its label. A positive whose answer lies past the span
+  inference scores has no gold segment there and is drawn like a negative.
 - `best`: iteration 1 sees the `k_train` leading segments (the joint step
   picks among them, Eq.3; with `best.theta0=pretrained` the pretrained
   bi-encoder has selected one of all of them instead); later iterations see
@@ -24,7 +28,7 @@ Segment choice per regime (SPEC §1-2):
   one sparse-attention row (`experiment/qds.py`).
 
 Segments are those of `inputs.train_segments`: random lengths over the same
-span of the document as inference scores.
+span of the document as inference scores, never past it.
 """
 
 from __future__ import annotations
@@ -42,8 +46,6 @@ from best_jax.data.trec import Qrels, Run, ranked
 REGIMES = ("firstp", "maxp", "maxp_all", "goldp", "best", "qds")
 # Regimes whose trained model is the FirstP model (MaxP differs at inference).
 TRAINS_LIKE_FIRSTP = ("firstp", "maxp")
-# `choose_segments`' index for "the segment holding the gold passage".
-GOLD = -1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,10 +126,23 @@ def pairs(batches: Sequence[Sequence[Group]]) -> list[tuple[str, str]]:
   return list(seen)
 
 
-def choose_segments(regime: str, group: Group, counts: Sequence[int], *,
+def segment_holding(spans_s2: np.ndarray, char: int) -> int:
+  """The segment (`[S, 2]` character spans, in order) holding `char`: the
+  last one starting at or before it (0 when none does)."""
+  return max(int(np.searchsorted(spans_s2[:, 0], char, side="right")) - 1, 0)
+
+
+def random_character(spans_s2: np.ndarray, rng: np.random.Generator) -> int:
+  """A uniformly random character of the text the segments cover."""
+  start, end = int(spans_s2[0, 0]), int(spans_s2[-1, 1])
+  return int(rng.integers(start, max(end, start + 1)))
+
+
+def choose_segments(regime: str, group: Group,
+                    spans: Sequence[np.ndarray], *,
                     rng: np.random.Generator,
                     selected: Mapping[tuple[str, str], int] | None = None,
-                    negatives: str = "first") -> list[int]:
+                    gold_start: int | None = None) -> list[int]:
   """The training segment of each document of `group`, in order.
 
   Args:
@@ -135,25 +150,24 @@ def choose_segments(regime: str, group: Group, counts: Sequence[int], *,
       iteration 1's joint step trains on its leading `k_train` segments and
       needs no choice).
     group: the query and its documents, positive first.
-    counts: valid training segments of each document (>= 1).
-    rng: draws the random segments (`maxp_all`, GoldP's negatives).
+    spans: each document's `[S, 2]` character spans of its training segments
+      (S >= 1).
+    rng: draws the random segments (`maxp_all`, `goldp`).
     selected: `best`: the selected segment of each (qid, docid).
-    negatives: `goldp`: "first" or "random" segment of the negatives.
-
-  For `goldp` the positive gets `GOLD`: the segment that holds its gold
-  passage (`examples.gold_segment`), found among all its segments.
+    gold_start: `goldp`: the character where the positive's answer starts
+      (None: unknown).
   """
   out = []
-  for g, (docid, count) in enumerate(zip(group.docids, counts)):
+  for g, (docid, spans_s2) in enumerate(zip(group.docids, spans)):
     if regime in TRAINS_LIKE_FIRSTP:
       index = 0
     elif regime == "maxp_all":
-      index = int(rng.integers(count))
+      index = int(rng.integers(len(spans_s2)))
     elif regime == "goldp":
-      if g == 0:
-        index = GOLD
-      else:
-        index = 0 if negatives == "first" else int(rng.integers(count))
+      inside = (g == 0 and gold_start is not None
+                and gold_start < spans_s2[-1, 1])
+      index = segment_holding(
+          spans_s2, gold_start if inside else random_character(spans_s2, rng))
     elif regime == "best":
       if selected is None:
         raise ValueError("the best regime needs selected segments")

@@ -13,8 +13,9 @@ and its tokens cut into non-overlapping segments of whole sentences:
 - the (truncated) title is repeated at the start of every segment;
 - inference keeps all segments, or the first `max_segments` (the inference
   span) with a count of those dropped; training draws random-length segments
-  over the same span and keeps all of them, so that selection sees what
-  inference scores (BeST's joint step takes the first `k_train`).
+  over the same span, the last one cut at its end, and keeps all of them, so
+  that every regime trains on text inference scores and selection sees all
+  of it (BeST's joint step takes the first `k_train`).
 
 A document without body tokens gets one segment holding only its title, so
 every document has at least one valid segment to score. Window arithmetic:
@@ -189,25 +190,23 @@ class Segmenter:
   def segment(self, documents: Sequence[tuple[str, str]], *,
               training: bool = False, seed: int = 0,
               seeds: Sequence[int] | None = None,
-              num_segments: int | None = None,
-              keep_all: bool = False) -> SegmentBatch:
+              num_segments: int | None = None) -> SegmentBatch:
     """Tokenizes and segments `(title, text)` pairs; see `segment_tokenized`."""
     return self.segment_tokenized(self.tokenize(documents), training=training,
                                   seed=seed, seeds=seeds,
-                                  num_segments=num_segments, keep_all=keep_all)
+                                  num_segments=num_segments)
 
   def segment_tokenized(self, documents: Sequence[TokenizedDocument], *,
                         training: bool = False, seed: int = 0,
                         seeds: Sequence[int] | None = None,
-                        num_segments: int | None = None,
-                        keep_all: bool = False) -> SegmentBatch:
+                        num_segments: int | None = None) -> SegmentBatch:
     """Cuts tokenized documents into a padded `SegmentBatch`.
 
     Training segments have random lengths and cover the same span of the
     document as inference does (the first `max_segments` windows, or all of
-    it), no less and no more, so that a segment the model can select in
-    training is one it can score at inference, and every segment inference
-    scores can be selected.
+    it), no less and no more (the last one is cut where the span ends), so
+    that a segment the model can select in training is one it can score at
+    inference, and every segment inference scores can be selected.
 
     Args:
       documents: from `tokenize` (tokenize once, segment every epoch).
@@ -219,16 +218,12 @@ class Segmenter:
         document's segments do not depend on the others in the batch.
       num_segments: S, the segment axis (a cap); default `max_segments` at
         inference, else the most segments of any document in the batch.
-      keep_all: every segment of every document, whatever `max_segments`
-        and the inference span say (S = the most segments of any document);
-        GoldP's positives.
     """
     cfg = self.config
     random_lengths = training and cfg.train_lengths == "uniform"
     if seeds is None:
       seeds = [[seed, i] for i in range(len(documents))]
-    cap = None if keep_all else (
-        num_segments or (None if training else cfg.max_segments))
+    cap = num_segments or (None if training else cfg.max_segments)
     plans, dropped = [], []
     for doc, doc_seed in zip(documents, seeds):
       window = cfg.window(len(doc.title_ids))
@@ -236,12 +231,13 @@ class Segmenter:
           doc.sentence_starts, len(doc.token_ids), window, unit=cfg.unit,
           rng=np.random.default_rng(doc_seed) if random_lengths else None,
           min_len=cfg.min_len)
-      if training and not keep_all and cfg.max_segments is not None:
+      if training and cfg.max_segments is not None:
         windows = plan_segments(doc.sentence_starts, len(doc.token_ids),
                                 window, unit=cfg.unit,
                                 max_count=cfg.max_segments)
         span_end = windows[-1][1] if windows else 0
-        plan = [p for p in plan if p[0] < span_end]
+        plan = [(start, min(end, span_end)) for start, end in plan
+                if start < span_end]
       dropped.append(0 if cap is None else max(0, len(plan) - cap))
       plans.append(plan[:cap] or [(0, 0)])
     width = cap or max((len(p) for p in plans), default=1)
