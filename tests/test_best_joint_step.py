@@ -9,9 +9,12 @@ import pytest
 from flax import nnx
 
 from best_jax.models import BertConfig, CrossEncoderRanker
+from best_jax.models.bi_encoder import BiEncoderRanker
 from best_jax.models.unpadding import TokenBudget
+from best_jax.experiment import checks
 from best_jax.experiment import plans
 from best_jax.train import best as best_lib
+from best_jax.train import losses as losses_lib
 from best_jax.train import steps as steps_lib
 from best_jax.train import token_budget
 from best_jax.config import load_config
@@ -161,14 +164,61 @@ def test_the_joint_plan_passes_the_configured_accumulation(monkeypatch):
   class Built(Exception):
     pass
 
-  def spy(trainer, loss, pairing, select_with_dropout, accumulation_steps):
+  def spy(trainer, loss, pairing, select_with_dropout, accumulation_steps,
+          in_batch_negatives):
     del trainer, loss, pairing, select_with_dropout
-    raise Built(accumulation_steps)
+    raise Built(accumulation_steps, in_batch_negatives)
 
   monkeypatch.setattr(best_lib, "build_joint_step", spy)
-  with pytest.raises(Built) as built:
-    plans.joint_plan(config, None, types.SimpleNamespace(trainer=None), None)
-  assert built.value.args == (4,)
+  for in_batch in (False, True):
+    config.train.in_batch_negatives = in_batch
+    with pytest.raises(Built) as built:
+      plans.joint_plan(config, None, types.SimpleNamespace(trainer=None),
+                       None)
+    assert built.value.args == (4, in_batch)
+
+
+def test_the_joint_step_honours_in_batch_negatives():
+  """A bi-encoder's θ⁽¹⁾ loss in the joint step is the plain step's group
+  loss on θ⁽⁰⁾'s picks: with `in_batch_negatives`, over the batch's other
+  segments too (dropout off: the same numbers)."""
+  config = tiny_config()
+  model_config = BertConfig.tiny(hidden_dropout=0.0, attention_dropout=0.0)
+  mesh = make_mesh((1, 1), ("data", "model"), jax.devices()[:1])
+  trainer = build_trainer(lambda rngs: BiEncoderRanker(model_config,
+                                                       rngs=rngs), config,
+                          mesh=mesh)
+  rng = np.random.default_rng(3)
+  host = dict(_batch(num_b=4, seed=3),
+              query_ids=rng.integers(5, 128, (4, 6)).astype(np.int32),
+              query_mask=np.ones((4, 6), bool),
+              doc_ids=np.arange(8, dtype=np.int32).reshape(4, 2))
+  host["token_type_ids"][:] = 0
+  loss = losses_lib.get_loss("softmax_cross_entropy")
+  for in_batch in (False, True):
+    step = best_lib.build_joint_step(trainer, "softmax_cross_entropy",
+                                     in_batch_negatives=in_batch)
+    states = (trainer.init(5), trainer.init(6))
+    model1 = nnx.merge(trainer.graphdef, jax.device_get(states[1].params))
+    _, metrics = step(states, trainer.put(host))
+    selected = np.asarray(metrics["selected"])
+    index = np.maximum(selected, 0)[..., None, None]
+    chosen = dict(host, mask=selected >= 0, **{
+        name: np.take_along_axis(host[name], index, axis=2)[:, :, 0]
+        for name in steps_lib.MODEL_INPUTS})
+    total, count = steps_lib.group_loss_sum(model1, chosen, loss, None,
+                                            in_batch_negatives=in_batch)
+    np.testing.assert_allclose(float(metrics["loss1"]),
+                               float(total / count), rtol=1e-5)
+  # A joint BeST-1 recorded before it honoured them is stale.
+  bi = load_config("configs/tiny_cpu.py",
+                   ["config.ranker.kind='bi'",
+                    "config.train.in_batch_negatives=True"])
+  current = checks.fingerprint(bi, "best")
+  before = {k: v for k, v in current.items()
+            if k != "best.joint_in_batch_negatives"}
+  assert checks.stale_keys(before, current, "best") == [
+      "best.joint_in_batch_negatives: False -> True"]
 
 
 @pytest.mark.slow

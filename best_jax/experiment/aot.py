@@ -226,7 +226,8 @@ def _steps(config: ml_collections.ConfigDict, trainer: Trainer, *,
   if joint:
     step = best_lib.build_joint_step(
         trainer, t.loss, config.best.pairing,
-        config.best.select_with_dropout, t.get("accumulation_steps", 1))
+        config.best.select_with_dropout, t.get("accumulation_steps", 1),
+        t.get("in_batch_negatives", False))
     out += with_unpadded("joint_step", step, (trainer.abstract_state,
                                               trainer.abstract_state),
                          features(config.segments.k_train))

@@ -105,6 +105,10 @@ def fingerprint(config: ml_collections.ConfigDict, regime: str
     settings["segments.training_span"] = (
         "inference" if config.segments.max_segments is None
         else "inside inference")
+  if regime == "best" and config.best.get("theta0", "joint") == "joint":
+    # The joint step honours in-batch negatives since issue 40.
+    settings["best.joint_in_batch_negatives"] = config.train.get(
+        "in_batch_negatives", False)
   if balances_micro_batches(config):
     settings["train.micro_batches"] = "balanced per data shard"
   if (config.train.get("fixed_order_reduction", False)
@@ -122,7 +126,8 @@ _ADDED = {"best.theta0": "joint", "segments.unit": "window",
           "train.fixed_order_reduction": False, "qds.head": "paper",
           "data.subsample_seed": lambda recorded: recorded.get("seed", 0),
           "segments.training_span": "leading k_train",
-          "train.micro_batches": "strided"}
+          "train.micro_batches": "strided",
+          "best.joint_in_batch_negatives": False}
 
 
 def stale_keys(recorded: dict[str, Any], current: dict[str, Any],

@@ -83,7 +83,8 @@ def joint_plan(config: ml_collections.ConfigDict, inputs: Inputs,
   t = config.train
   step = best_lib.build_joint_step(
       ranker.trainer, t.loss, config.best.pairing,
-      config.best.select_with_dropout, t.get("accumulation_steps", 1))
+      config.best.select_with_dropout, t.get("accumulation_steps", 1),
+      t.get("in_batch_negatives", False))
   build = AllSegmentExamples(inputs, family=config.ranker.kind)
   seed = stage_seed(config, "best1")
   examples = GroupExamples(inputs.schedule, build)

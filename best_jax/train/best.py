@@ -8,6 +8,11 @@ every document (dropout off) and trains θ⁽¹⁾ on those (Eq.2). The loss is
 the sum of the two means; each model gets its own guarded update. Later
 iterations (a frozen θ⁽ⁿ⁾ selects, a fresh θ⁽ⁿ⁺¹⁾ trains with the plain
 step) and early stopping are the experiment's (`experiment.stages`).
+
+With `in_batch_negatives` (a bi-encoder), θ⁽¹⁾'s loss is the plain step's:
+the batch's other selected segments are negatives too, so BeST-1 trains
+under the objective of every other regime; θ⁽⁰⁾'s Eq.3 groups stay each
+query's own.
 """
 
 from __future__ import annotations
@@ -72,7 +77,8 @@ def joint_train_step(states: tuple[TrainState, TrainState],
                      pairing: str = "same", select_with_dropout: bool = False,
                      accumulation_steps: int = 1,
                      batch_sharding: jax.NamedSharding | None = None,
-                     fixed_order: bool = False
+                     fixed_order: bool = False,
+                     in_batch_negatives: bool = False
                      ) -> tuple[tuple[TrainState, TrainState],
                                 dict[str, jax.Array]]:
   """BeST iteration 1: updates θ⁽⁰⁾ (Eq.3) and θ⁽¹⁾ (Eq.2) in one step.
@@ -84,9 +90,9 @@ def joint_train_step(states: tuple[TrainState, TrainState],
       `labels` `[B, G]` (positive first), `mask` `[B, G, S]` (real segments),
       `example_mask` `[B]`.
     graphdef, tx, schedule, loss_fn, accumulation_steps, batch_sharding,
-      fixed_order: as in `steps.train_step` (both models share the
-      architecture and the optimizer; micro-batches split the examples as
-      there).
+      fixed_order, in_batch_negatives: as in `steps.train_step` (both models
+      share the architecture and the optimizer; micro-batches split the
+      examples as there; in-batch negatives are θ⁽¹⁾'s, see above).
     pairing: Eq.3's negative segment: `same` index or a `random` valid one.
     select_with_dropout: select with θ⁽⁰⁾'s training forward pass (cheaper)
       instead of a separate dropout-free one (default).
@@ -124,13 +130,12 @@ def joint_train_step(states: tuple[TrainState, TrainState],
     sums0 = losses_lib.masked_sum(group0.loss,
                                   group0.valid & example_b[:, None])
     index = selected_bg[..., None, None]
-    chosen = dict(micro, **{
+    chosen = dict(micro, mask=doc_valid_bg, **{
         name: jnp.take_along_axis(micro[name], index, axis=2)[:, :, 0]
         for name in steps_lib.MODEL_INPUTS})
-    scores1_bg = steps_lib.batch_scores(nnx.merge(graphdef, params1), chosen,
-                                        nnx.Rngs(dropout=key1))
-    group1 = loss_fn(scores1_bg, labels_bg, where=doc_valid_bg)
-    sums1 = losses_lib.masked_sum(group1.loss, group1.valid & example_b)
+    sums1 = steps_lib.group_loss_sum(
+        nnx.merge(graphdef, params1), chosen, loss_fn,
+        nnx.Rngs(dropout=key1), in_batch_negatives)
     return (sums0, sums1), jnp.where(doc_valid_bg, selected_bg, -1)
 
   key = jax.random.fold_in(state0.root_key(), state0.step)
@@ -153,7 +158,8 @@ def joint_train_step(states: tuple[TrainState, TrainState],
 
 def build_joint_step(trainer, loss_name: str, pairing: str = "same",
                      select_with_dropout: bool = False,
-                     accumulation_steps: int = 1) -> Callable:
+                     accumulation_steps: int = 1,
+                     in_batch_negatives: bool = False) -> Callable:
   """Jits `joint_train_step` once with the trainer's shardings (donated)."""
   if pairing not in PAIRINGS:
     raise ValueError(f"pairing must be one of {PAIRINGS}, not {pairing!r}")
@@ -163,7 +169,8 @@ def build_joint_step(trainer, loss_name: str, pairing: str = "same",
       pairing=pairing, select_with_dropout=select_with_dropout,
       accumulation_steps=accumulation_steps,
       batch_sharding=trainer.batch_sharding,
-      fixed_order=trainer.fixed_order_reduction)
+      fixed_order=trainer.fixed_order_reduction,
+      in_batch_negatives=in_batch_negatives)
   shardings = (trainer.state_shardings, trainer.state_shardings)
   replicated = jax.NamedSharding(trainer.mesh, jax.P())
   with jax.set_mesh(trainer.mesh):
