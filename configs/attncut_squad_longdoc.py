@@ -16,6 +16,15 @@ by default the paper's text features from the corpus are added), "runlocal"
 (smoke test). Random 80/20 splits of the test questions, seeds 0-4, model
 selection on a 20% validation split of the training queries.
 
+Hyperparameters are fixed before any test figure: `attncut_robust04.py`'s
+for its sizes, but lr 2e-3, patience 5, 30 epochs (`:cpu`: 20 epochs,
+patience 4); the figures below ran with `--config.train.epochs=10
+--config.train.patience=3`, a budget cut, not a choice made on test
+figures. The report's p-values compare one value per distinct test question
+(its mean over the splits that test it); those quoted below pooled 2,230
+(split, question) pairs, before that change, and are to be rerun
+(`--report-only` on the same work dir recomputes them).
+
 Figures (2026-12-02, 2 CPU cores shared with other jobs; F1@k, mean ± std
 over seeds 0-4, 446 test questions per split; the DCG runs did not run):
 
