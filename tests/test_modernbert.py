@@ -114,6 +114,10 @@ def test_scores_equal_transformers(classifier, attn):
   ranker = modernbert.load_ranker(directory)
   scores = np.asarray(ranker(jnp.asarray(ids), jnp.asarray(mask)))
   assert np.abs(expected).max() > 0.5, "the head must matter"
+  print(f"\n{ranker.config.classifier_pooling} pooling, {attn}: max "
+        "|best_jax - transformers| "
+        f"{np.abs(scores - expected).max():.3g} (logits up to "
+        f"{np.abs(expected).max():.3g})")
   np.testing.assert_allclose(scores, expected, atol=1e-4, rtol=0)
 
 
@@ -308,3 +312,35 @@ def test_banded_attention_equals_masked(length, window):
   real = np.asarray(mask)[:, None, :, None]
   np.testing.assert_allclose(np.where(real, banded, 0),
                              np.where(real, dense, 0), atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("budget", [None, TokenBudget(tokens=512)])
+def test_sharded_training_equals_one_device(budget):
+  """Two train steps (dropout on) on a 4x2 mesh equal one device's, padded
+  and unpadded (the trainer makes a unit of each data shard)."""
+  import jax  # pylint: disable=import-outside-toplevel
+  from best_jax.train import sharding  # pylint: disable=import-outside-toplevel
+  from best_jax.train import trainer as trainer_lib  # pylint: disable=import-outside-toplevel
+  from fakes import synthetic_batch, tiny_config  # pylint: disable=import-outside-toplevel
+  config = tiny_config()
+  config.train.fixed_order_reduction = False
+  model = ModernBertConfig.tiny(num_layers=2, embedding_dropout=0.1,
+                                mlp_dropout=0.1, classifier_pooling="mean")
+  batches = [synthetic_batch(i, batch_size=8, group_size=2, length=32,
+                             vocab_size=128) for i in range(2)]
+  params = []
+  for shape in ((1, 1), (4, 2)):
+    mesh = sharding.make_mesh(shape, ("data", "model"),
+                              jax.devices()[:shape[0] * shape[1]])
+    trainer = trainer_lib.build_trainer(
+        lambda rngs: modernbert.ModernBertRanker(model, rngs=rngs), config,
+        mesh)
+    state = trainer.init(0)
+    initial = jax.device_get(jax.tree.leaves(state.params))
+    for batch in batches:
+      state, _ = trainer.train_step(state, trainer.put(batch),
+                                    *([budget] if budget else []))
+    params.append(jax.device_get(jax.tree.leaves(state.params)))
+    assert max(np.abs(a - b).max() for a, b in zip(initial, params[-1])) > 0
+  for one, sharded in zip(*params):
+    np.testing.assert_allclose(sharded, one, rtol=1e-5, atol=1e-5)
