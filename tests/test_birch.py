@@ -98,3 +98,27 @@ def test_aggregations():
   assert aggregate.best_segment([1.0, 3.0, 3.0]) == 1
   with pytest.raises(ValueError):
     aggregate.aggregate([], "max")
+
+
+def test_birch_row_is_fitted_on_dev_never_on_test_judgments():
+  """The experiment's "Birch" row takes the weights best on dev: flipping
+  the test judgments leaves it alone, while the paper's CV row (a separate,
+  labelled row) follows them."""
+  from best_jax.experiment import birch as experiment_birch  # pylint: disable=g-import-not-at-top
+  run, sentences, qrels = _constructed()
+  feats = birch.features(run, sentences)
+  dev = {q: feats[q] for q in ("q0", "q1")}
+  test = {q: feats[q] for q in ("q2", "q3")}
+  flipped = {q: {d: 1 - g for d, g in j.items()} for q, j in qrels.items()}
+  rows = {}
+  for name, test_qrels in (("as is", qrels), ("flipped", flipped)):
+    rows[name], fitted = experiment_birch.fitted_runs(
+        {"dev": dev, "test": test}, {"dev": qrels, "test": test_qrels},
+        folds=2, seed=0)
+    assert fitted["dev"]["alpha"] == 0.0 and fitted["dev"]["beta"] >= 0.5
+  cv = experiment_birch.cv_name(2)
+  assert set(rows["as is"]) == {experiment_birch.BIRCH, cv}
+  assert (rows["as is"][experiment_birch.BIRCH]
+          == rows["flipped"][experiment_birch.BIRCH]
+          == birch.score(test, birch.fit(dev, qrels)[0]))
+  assert rows["as is"][cv] != rows["flipped"][cv]

@@ -12,9 +12,10 @@ as the Robust04 literature reports (`WORKDIR/metrics.json`, `results.md`,
   reported on its own query subset, never tested against full rows;
 - "BeST (chosen on dev)" pools, per fold, the BeST iteration that fold chose
   on its dev queries: the system a user would deploy;
-- Birch is refitted as its papers do: each query's sentence scores come from
-  the model of the fold that held it out, and α, β, γ are grid-searched on
-  the other folds' queries.
+- "Birch" pools each fold's row (weights fitted on its dev queries, as
+  every fusion is); `birch.cv_name(folds)` is Birch refitted as its papers
+  do: each query's sentence scores come from the model of the fold that held
+  it out, and α, β, γ are grid-searched on the other folds' queries.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import ml_collections
 from best_jax.data import trec
 from best_jax.evaluate import report
 from best_jax.evaluate import trec_eval
-from best_jax.experiment.birch import FEATURES, decode_features
+from best_jax.experiment.birch import FEATURES, cv_name, decode_features
 from best_jax.experiment.evaluation import full_run
 from best_jax.experiment.run import train_and_evaluate
 from best_jax.experiment.workdir import Workdir
@@ -67,9 +68,9 @@ def cross_validate(config: ml_collections.ConfigDict, workdir: str
     return {}
   qrels = trec.read_qrels(config.data.qrels)
   refitted = _birch_across_folds(out, folds, qrels, pooled.get("BM25"))
-  if refitted is not None:
-    pooled["Birch"] = refitted
-    folds_of["Birch"] = list(folds)
+  if refitted is not None:  # The paper's protocol over these folds.
+    pooled[cv_name(len(folds))] = refitted
+    folds_of[cv_name(len(folds))] = list(folds)
   means, per_query = {}, {}
   for system, run in pooled.items():
     trec.write_run(run, out.path("runs", f"{trec.run_file_name(system)}.run"),

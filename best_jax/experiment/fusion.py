@@ -27,7 +27,8 @@ PEER = "Peer (all-MiniLM-L6-v2, zero-shot)"
 BM25_PEER = "BM25 + peer"
 
 
-def _first_stage(inputs: Inputs, split: str) -> trec.Run:
+def first_stage(inputs: Inputs, split: str) -> trec.Run:
+  """The first-stage run of every query of `split`."""
   part = inputs.data.splits[split]
   return {q: part.run.get(q, {}) for q in part.topics}
 
@@ -57,10 +58,10 @@ def fuse(inputs: Inputs, name: str, dev: trec.Run, test: trec.Run
   runs hold the reranked candidates only (the top k of each query)."""
   _check_reranked(inputs, "dev", name, dev)
   _check_reranked(inputs, "test", name, test)
-  dev_first = _first_stage(inputs, "dev")
+  dev_first = first_stage(inputs, "dev")
   alpha, table = interpolate.choose_alpha(
       dev_first, dev, inputs.data.splits["dev"].qrels, metric=DEV_METRIC)
-  test_first = _first_stage(inputs, "test")
+  test_first = first_stage(inputs, "test")
   fused = interpolate.interpolate(test_first, test, alpha)
   return full_run(fused, test_first), {"model": name, "alpha": alpha,
                                        "dev": table}
@@ -91,7 +92,7 @@ def peer_runs(config: ml_collections.ConfigDict, inputs: Inputs
       words=config.peer.get("words", 90))
   scored = {s: {q: run for (split, q), run in both.items() if split == s}
             for s in splits}
-  test_first = _first_stage(inputs, "test")
+  test_first = first_stage(inputs, "test")
   fused, record = fuse(inputs, PEER, scored["dev"], scored["test"])
   return ({PEER: full_run(scored["test"], test_first), BM25_PEER: fused},
           [record])

@@ -36,7 +36,7 @@ from best_jax.experiment import evaluation
 from best_jax.experiment import fusion
 from best_jax.experiment import plans
 from best_jax.experiment import regimes
-from best_jax.experiment.birch import birch_run
+from best_jax.experiment.birch import birch_runs
 from best_jax.experiment.inputs import Inputs, build_inputs
 from best_jax.experiment.models import build_ranker
 from best_jax.experiment.qds import qds_ranker
@@ -179,8 +179,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str
     if source != birch.model:
       out.log(f"birch: no {birch.model} model; scoring sentences with "
               f"{source}")
-    runs["Birch"] = birch_run(config, out, inputs, family,
-                              models[source][0], source, runs["BM25"])
+    runs.update(birch_runs(config, out, inputs, family, models[source][0],
+                           source))
   fused = []
   if config.get("interpolate", {}).get("enabled"):
     dev = {name: dev_scores.run(ranker.scorer, params, key)

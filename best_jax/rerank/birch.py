@@ -4,8 +4,9 @@
 sentence score of `d`, `w = [1, β, γ][:k]` and `S_doc` the unnormalised
 first-stage score (SPEC §3). A document with fewer than k sentences contributes
 only the sentences it has. α, β, γ are grid-searched over {0.0, 0.1, …, 0.9}
-to maximise MAP (trec_eval's) on the training folds and applied to the
-held-out fold.
+to maximise MAP (trec_eval's) on given queries (`fit`: an experiment fits
+them on its dev queries) or, the paper's protocol, on the training folds and
+applied to the held-out fold (`cross_validate`).
 """
 
 from __future__ import annotations
