@@ -60,6 +60,19 @@ def test_tables_mark_significance_and_list_selectors():
   assert "| selector | P@1 (answer) | P@1 (majority) | dev MRR@10 |" in table2
   assert "| BeST-1 | 0.500 | 0.600 | 0.610 |" in table2
   assert "| Random | 0.250 | 0.300 | — |" in table2
+  # Beside each t-test p, a randomization test over clusters: each query
+  # its own without a cluster map (said so), whole articles with one.
+  assert "paired t-test / paired randomization test flipping whole queries, "\
+      "6 clusters (no cluster map" in table1
+  t_p = metrics["significance"]["BeST-1"]["BM25"]["recip_rank_cut_10"]
+  assert f"| {report._p(t_p['t_test_p'])} / 0.031 |" in best_line  # 2/64  # pylint: disable=protected-access
+  articles = {"unit": "article", "of": {str(i): str(i // 2) for i in range(6)}}
+  metrics["significance"] = report.significance(per_query, ("FirstP", "BM25"),
+                                                articles)
+  table1 = report.table1(metrics)
+  assert "flipping whole articles, 3 clusters." in table1
+  best_line = next(l for l in table1.splitlines() if l.startswith("| BeST-1"))
+  assert best_line.endswith(" / 0.250 |")  # 2 of 8 sign patterns
 
 
 def test_explain_highlights_the_best_segment(tmp_path):

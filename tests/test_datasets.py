@@ -69,3 +69,16 @@ def test_the_run_seed_does_not_change_the_test_questions(tmp_path):
   assert all(len(qids) == 5 for qids in first.values())
   assert picked(seed=1) == first == picked(seed=2)
   assert picked(seed=0, data_seed=1) != first
+
+
+def test_squad_longdoc_questions_cluster_by_article():
+  """A question's cluster is the article of its relevant document (docids
+  `{article:03d}-{chunk:02d}`), whatever chunk holds it; other data have no
+  cluster map."""
+  split = datasets.Split(
+      topics={"q1": "a", "q2": "b", "q3": "c", "q4": "d"},
+      qrels={"q1": {"003-01": 1, "004-00": 0}, "q2": {"003-02": 1},
+             "q3": {"005-00": 2}, "q4": {"006-00": 0}}, run={})
+  assert datasets.clusters("squad_longdoc", split) == {
+      "unit": "article", "of": {"q1": "003", "q2": "003", "q3": "005"}}
+  assert datasets.clusters("trec", split) is None

@@ -79,7 +79,10 @@ def test_compare_json_and_table(dl19, tmp_path, capsys):
   assert cli.main(args + ["--compare", str(worse), "--json"]) == 0
   out = json.loads(capsys.readouterr().out)
   assert set(out) == {"run", "compare", "difference", "t_test_p",
-                      "wilcoxon_p", "num_queries_compared"}
+                      "wilcoxon_p", "num_queries_compared", "cluster_p",
+                      "clusters"}
+  assert out["clusters"] == {"unit": "query", "count": 43}
+  assert out["cluster_p"]["ndcg_cut_10"] < 0.01
   assert out["num_queries_compared"] == 43
   assert out["compare"]["ndcg_cut_10"] < out["run"]["ndcg_cut_10"]
   assert out["t_test_p"]["ndcg_cut_10"] < 0.01
@@ -89,8 +92,37 @@ def test_compare_json_and_table(dl19, tmp_path, capsys):
   assert cli.main(args + ["--compare", run]) == 0
   lines = capsys.readouterr().out.splitlines()
   assert lines[0].split() == ["metric", "run", "compare", "diff", "t-test",
-                              "p", "wilcoxon", "p"]
-  assert lines[1].split()[3:] == ["+0.0000", "1", "1"]
+                              "p", "wilcoxon", "p", "cluster", "p"]
+  assert lines[1].split()[3:] == ["+0.0000", "1", "1", "1"]
+  assert lines[-1] == ("cluster p: no --clusters, each query its own "
+                       "cluster (43)")
+
+
+def test_compare_flips_whole_clusters(dl19, tmp_path, capsys):
+  """With --clusters, the randomization test flips whole clusters: the
+  43 queries in 3 clusters give at best p = 2/8; a query without a cluster,
+  or a bad line, is one error line naming the file (exit 2)."""
+  run, qrels = dl19
+  worse = tmp_path / "worse.run"
+  trec.write_run({q: {d: -s for d, s in scores.items()}
+                  for q, scores in trec.read_run(run).items()}, worse)
+  qids = sorted(trec.read_qrels(qrels))
+  clusters = tmp_path / "clusters.tsv"
+  clusters.write_text("".join(f"{q}\t{i % 3}\n" for i, q in enumerate(qids)))
+  args = ["evaluate", "--run", run, "--qrels", qrels, "--metrics",
+          "ndcg_cut_10", "--compare", str(worse), "--clusters", str(clusters)]
+  assert cli.main(args + ["--json"]) == 0
+  out = json.loads(capsys.readouterr().out)
+  assert out["clusters"] == {"unit": "cluster", "count": 3}
+  assert out["cluster_p"]["ndcg_cut_10"] == 0.25
+  assert cli.main(args) == 0
+  assert f"whole clusters of {clusters} (3 clusters)" in capsys.readouterr().out
+  clusters.write_text("".join(f"{q}\t0\n" for q in qids[1:]))
+  assert cli.main(args) == 2
+  assert str(clusters) in capsys.readouterr().err
+  clusters.write_text(f"{qids[0]} 0\n")
+  assert cli.main(args) == 2
+  assert f"{clusters}:1:" in capsys.readouterr().err
 
 
 def test_bad_run_file_exits_2_naming_file_and_line(dl19, tmp_path, capsys):

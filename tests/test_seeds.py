@@ -163,3 +163,33 @@ def test_learning_curves_share_the_broken_dev_axis(tmp_path, monkeypatch):
   report.plot_learning_curves({"BeST-1": histories["BeST-1"]},
                               str(tmp_path / "m.png"))
   assert len(figures[0].axes) == 2
+
+
+def test_seeds_tests_whole_articles_beside_the_t_test(tmp_path, capsys):
+  """With the articles metrics.json records, each p-value comes with a
+  randomization test flipping whole articles (here 2: at best p = 0.5);
+  without them each query is its own cluster, and the table says so."""
+  bm25, model = [0.1, 0.2, 0.1, 0.2], [0.9, 1.0, 0.8, 1.0]
+  workdirs = [_workdir(tmp_path, s, {"BM25": bm25, "BeST-1": model})
+              for s in range(2)]
+  assert main(["seeds", *workdirs, "--json"]) == 0
+  alone = json.loads(capsys.readouterr().out)
+  assert alone["clusters"] == {"unit": "query", "count": 4}
+  assert alone["runs"]["BeST-1"]["p_cluster"]["BM25"] == 2 / 16
+  for workdir in workdirs:
+    path = f"{workdir}/metrics.json"
+    metrics = json.loads(open(path).read())
+    metrics["clusters"] = {"unit": "article", "of": {
+        "q1": "000", "q2": "000", "q3": "001", "q4": "001"}}
+    with open(path, "w") as f:
+      json.dump(metrics, f)
+  assert main(["seeds", *workdirs, "--json"]) == 0
+  summary = json.loads(capsys.readouterr().out)
+  row = summary["runs"]["BeST-1"]
+  assert summary["clusters"] == {"unit": "article", "count": 2}
+  assert row["p_cluster"]["BM25"] == 0.5
+  assert row["p"]["BM25"] == alone["runs"]["BeST-1"]["p"]["BM25"]
+  assert main(["seeds", *workdirs]) == 0
+  table = capsys.readouterr().out
+  assert "flipping whole articles (2 clusters)" in table
+  assert f"| {seeds._p(row['p']['BM25'])} / 0.500 |" in table  # pylint: disable=protected-access

@@ -1,7 +1,9 @@
 """Paired t-test and Wilcoxon over per-query values of two runs."""
 
+import itertools
 import math
 
+import numpy as np
 import pytest
 from scipy import stats
 
@@ -41,3 +43,29 @@ def test_single_differing_query_gives_nan_not_an_error():
 def test_no_common_query():
   with pytest.raises(InputError):
     significance.paired_test({"1": {"map": 0.1}}, {"2": {"map": 0.1}}, "map")
+
+
+def test_cluster_test_flips_whole_clusters_exactly():
+  """Four articles with summed differences 1, 0.5, 2.5, -0.5: p is the
+  share of the 16 sign patterns of whole articles whose |sum| reaches the
+  observed 3.5 (the queries of an article never flip apart)."""
+  a = {"q1": 1.0, "q2": 1.0, "q3": 2.5, "q4": 0.0, "q5": 1.0}
+  b = {"q1": 0.0, "q2": 0.0, "q3": 0.0, "q4": 0.5, "q5": 1.5}
+  clusters = {"q1": "A", "q2": "B", "q3": "C", "q4": "D", "q5": "B"}
+  sums = np.array([1.0, 0.5, 2.5, -0.5])  # A, B (1 - 0.5), C, D
+  observed = abs(sums.sum())
+  flips = [abs((np.array(s) * sums).sum()) >= observed - 1e-12
+           for s in itertools.product((1, -1), repeat=4)]
+  test = significance.cluster_test(a, b, clusters)
+  assert (test.unit, test.num_clusters) == ("article", 4)
+  assert test.p == pytest.approx(np.mean(flips))
+  # Three articles that all favour a: 2 of 8 patterns, p = 0.25, however
+  # many questions each holds (a per-query test would find p ~ 0).
+  many_a = {f"q{i}": 1.0 + 0.01 * i for i in range(300)}
+  many_b = {q: 0.0 for q in many_a}
+  by_article = {q: str(i % 3) for i, q in enumerate(many_a)}
+  assert significance.cluster_test(many_a, many_b, by_article).p == 0.25
+  alone = significance.cluster_test(many_a, many_b, None)
+  assert (alone.unit, alone.num_clusters) == ("query", 300)
+  assert alone.p < 0.001
+  assert significance.cluster_test(a, a, clusters).p == 1.0

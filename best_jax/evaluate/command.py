@@ -14,6 +14,11 @@ Output forms:
   where the means are each run's own trec_eval means, and the difference
   (compare minus run) and p-values (null where undefined) are over the queries
   evaluated in both; `--per-query` adds `"per_query"`/`"compare_per_query"`.
+  Beside them, `"cluster_p"`/"cluster p": a paired randomization test that
+  flips whole clusters of queries (`significance.cluster_test`), the clusters
+  read from `--clusters FILE` (lines `qid<TAB>cluster`; `best_jax train`
+  writes squad_longdoc's articles to WORKDIR/clusters.tsv), or each query
+  its own cluster without it (said so); `"clusters"`: `{"unit", "count"}`.
 Everything is computed before anything is printed, so an error prints no
 partial output.
 """
@@ -25,6 +30,8 @@ import json
 import math
 
 from best_jax.data import trec
+from best_jax.data.files import read_lines
+from best_jax.errors import InputError
 from best_jax.evaluate import significance
 from best_jax.evaluate import trec_eval
 
@@ -44,6 +51,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       help="print one JSON object instead of a table")
   parser.add_argument("--compare", metavar="RUN2",
                       help="a second run: its means and paired p-values")
+  parser.add_argument("--clusters", metavar="FILE",
+                      help="with --compare: 'qid<TAB>cluster' lines (e.g. "
+                      "WORKDIR/clusters.tsv, squad_longdoc's articles) for "
+                      "the cluster randomization test; default: each query "
+                      "its own cluster")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -60,12 +72,36 @@ def main(args: argparse.Namespace) -> int:
       trec.read_run(args.compare), qrels, metrics,
       relevance_level=args.relevance_level)
   tests = [significance.paired_test(per_query, per_query_b, m) for m in metrics]
+  of = None if args.clusters is None else read_clusters(args.clusters)
+  if of is not None:
+    missing = [q for q in per_query if q in per_query_b and q not in of]
+    if missing:
+      raise InputError(f"no cluster for query {missing[0]!r} (and "
+                       f"{len(missing) - 1} more)", args.clusters)
+  clustered = [significance.cluster_test(
+      {q: v[m] for q, v in per_query.items()},
+      {q: v[m] for q, v in per_query_b.items()}, of, "cluster")
+               for m in metrics]
   if args.json:
-    print(_compare_json(means, means_b, tests, per_query, per_query_b,
-                        args.per_query))
+    print(_compare_json(means, means_b, tests, clustered, per_query,
+                        per_query_b, args.per_query))
   else:
-    print(_compare_text(args, means, means_b, tests, per_query, per_query_b))
+    print(_compare_text(args, means, means_b, tests, clustered, per_query,
+                        per_query_b))
   return 0
+
+
+def read_clusters(path: str) -> dict[str, str]:
+  """`{qid: cluster}` from `qid<TAB>cluster` lines (blank lines skipped)."""
+  out = {}
+  for number, line in read_lines(path):
+    if not line.strip():
+      continue
+    parts = line.split("\t")
+    if len(parts) != 2 or not all(p.strip() for p in parts):
+      raise InputError("expected 'qid<TAB>cluster'", path, number)
+    out[parts[0].strip()] = parts[1].strip()
+  return out
 
 
 # ------------------------------------------------------------------ output
@@ -106,16 +142,19 @@ def _p_text(p: float) -> str:
   return "-" if math.isnan(p) else f"{p:.4g}"
 
 
-def _compare_text(args, means, means_b, tests, per_query, per_query_b) -> str:
+def _compare_text(args, means, means_b, tests, clustered, per_query,
+                  per_query_b) -> str:
   rows = []
   if args.per_query:
     rows += ["# " + args.run] + _per_query_lines(per_query, means)
     rows += ["# " + args.compare] + _per_query_lines(per_query_b, means_b)
     rows.append("")
-  header = ["metric", "run", "compare", "diff", "t-test p", "wilcoxon p"]
+  header = ["metric", "run", "compare", "diff", "t-test p", "wilcoxon p",
+            "cluster p"]
   table = [[t.metric, f"{means[t.metric]:.4f}", f"{means_b[t.metric]:.4f}",
             f"{t.mean_b - t.mean_a:+.4f}", _p_text(t.t_test_p),
-            _p_text(t.wilcoxon_p)] for t in tests]
+            _p_text(t.wilcoxon_p), _p_text(c.p)]
+           for t, c in zip(tests, clustered)]
   widths = [max(len(row[i]) for row in [header, *table])
             for i in range(len(header))]
   for row in [header, *table]:
@@ -125,10 +164,15 @@ def _compare_text(args, means, means_b, tests, per_query, per_query_b) -> str:
   rows.append(f"compare: {args.compare} ({len(per_query_b)} queries)")
   rows.append(f"diff and p-values over the {tests[0].num_queries} queries "
               "evaluated in both")
+  count = clustered[0].num_clusters
+  rows.append(
+      f"cluster p: paired randomization test flipping whole clusters of "
+      f"{args.clusters} ({count} clusters)" if args.clusters else
+      f"cluster p: no --clusters, each query its own cluster ({count})")
   return "\n".join(rows)
 
 
-def _compare_json(means, means_b, tests, per_query, per_query_b,
+def _compare_json(means, means_b, tests, clustered, per_query, per_query_b,
                   with_queries: bool) -> str:
   def p_or_none(p):
     return None if math.isnan(p) else p
@@ -139,6 +183,10 @@ def _compare_json(means, means_b, tests, per_query, per_query_b,
       "t_test_p": {t.metric: p_or_none(t.t_test_p) for t in tests},
       "wilcoxon_p": {t.metric: p_or_none(t.wilcoxon_p) for t in tests},
       "num_queries_compared": tests[0].num_queries,
+      "cluster_p": {t.metric: p_or_none(c.p)
+                    for t, c in zip(tests, clustered)},
+      "clusters": {"unit": clustered[0].unit,
+                   "count": clustered[0].num_clusters},
   }
   if with_queries:
     out["per_query"] = {q: per_query[q] for q in _qid_order(per_query)}

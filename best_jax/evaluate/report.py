@@ -1,7 +1,9 @@
 """The experiment report: the paper's Table 1 and Table 2, and plots.
 
 Table 1: NDCG@10, MRR@10 and MAP of every run on the test queries, with
-paired t-tests against FirstP and BM25 (markers and p-values). Table 2:
+paired t-tests against FirstP and BM25 (markers and p-values) and, beside
+each MRR@10 t-test p, a paired randomization test over whole clusters of
+queries (squad_longdoc's articles; `significance.cluster_test`). Table 2:
 segment-selection P@1 of random, first-segment, BM25-best, MaxP and BeST per
 iteration, with each model's dev MRR@10. Plots: where the selected segments
 sit (per BeST iteration) and learning curves (loss, dev MRR).
@@ -18,7 +20,7 @@ import matplotlib
 import numpy as np
 
 from best_jax.data.files import atomic_write
-from best_jax.evaluate.significance import paired_p_values
+from best_jax.evaluate.significance import cluster_test, paired_p_values
 
 matplotlib.use("Agg")  # Files only, never a window.
 import matplotlib.pyplot as plt  # noqa: E402  pylint: disable=g-import-not-at-top,wrong-import-position
@@ -34,10 +36,19 @@ def paired_t_test(a: Sequence[float], b: Sequence[float]) -> float:
   return paired_p_values(np.asarray(a), np.asarray(b))[0]
 
 
+CLUSTER_METRIC = "recip_rank_cut_10"
+
+
 def significance(per_query: Mapping[str, Mapping[str, Mapping[str, float]]],
-                 baselines: Sequence[str]) -> dict[str, dict[str, dict]]:
+                 baselines: Sequence[str],
+                 clusters: Mapping[str, Any] | None = None
+                 ) -> dict[str, dict[str, dict]]:
   """`{run: {baseline: {metric: {t_test_p, delta, num_queries}}}}` over the
-  queries both runs were evaluated on."""
+  queries both runs were evaluated on; MRR@10 also gets `cluster_p`,
+  `clusters` and `cluster_unit` (`clusters`: `{"unit", "of": {qid:
+  cluster}}`; None: each query its own cluster)."""
+  of, unit = ((clusters["of"], clusters["unit"]) if clusters
+              else (None, "query"))
   out = {}
   for name, values in per_query.items():
     for base in baselines:
@@ -47,11 +58,39 @@ def significance(per_query: Mapping[str, Mapping[str, Mapping[str, float]]],
       for metric, _ in TABLE1:
         a = [values[q][metric] for q in qids]
         b = [per_query[base][q][metric] for q in qids]
-        out.setdefault(name, {}).setdefault(base, {})[metric] = {
-            "t_test_p": paired_t_test(a, b),
-            "delta": float(np.mean(a) - np.mean(b)) if qids else 0.0,
-            "num_queries": len(qids)}
+        record = {"t_test_p": paired_t_test(a, b),
+                  "delta": float(np.mean(a) - np.mean(b)) if qids else 0.0,
+                  "num_queries": len(qids)}
+        if metric == CLUSTER_METRIC and qids:
+          test = cluster_test(dict(zip(qids, a)), dict(zip(qids, b)), of,
+                              unit)
+          record.update(cluster_p=test.p, clusters=test.num_clusters,
+                        cluster_unit=test.unit)
+        out.setdefault(name, {}).setdefault(base, {})[metric] = record
   return out
+
+
+def _p_pair(test: Mapping[str, Any] | None) -> str:
+  """`t-test p / cluster p` of one MRR@10 comparison."""
+  test = test or {}
+  if "cluster_p" not in test:
+    return _p(test.get("t_test_p"))
+  return f"{_p(test.get('t_test_p'))} / {_p(test['cluster_p'])}"
+
+
+def cluster_note(sig: Mapping[str, Any]) -> str | None:
+  """One line on the cluster test of a `significance` result."""
+  for by_base in sig.values():
+    for tests in by_base.values():
+      test = tests.get(CLUSTER_METRIC, {})
+      if "cluster_p" in test:
+        what = {"query": "queries"}.get(test["cluster_unit"],
+                                        f"{test['cluster_unit']}s")
+        extra = (" (no cluster map for this data: each query is its own "
+                 "cluster)" if test["cluster_unit"] == "query" else "")
+        return (f"p vs X: paired t-test / paired randomization test "
+                f"flipping whole {what}, {test['clusters']} clusters{extra}.")
+  return None
 
 
 def _p(value: float) -> str:
@@ -92,8 +131,8 @@ def table1(metrics: Mapping[str, Any]) -> str:
           mark += symbol
       cells.append(f"{values[metric]:.4f}{mark}")
     for base in bases:
-      cells.append(_p(sig.get(name, {}).get(base, {}).get(
-          "recip_rank_cut_10", {}).get("t_test_p")))
+      cells.append(_p_pair(sig.get(name, {}).get(base, {}).get(
+          CLUSTER_METRIC)))
     if counts:
       cells.append(str(counts.get(name, "")))
     lines.append(f"| {name} | " + " | ".join(cells) + " |")
@@ -102,6 +141,9 @@ def table1(metrics: Mapping[str, Any]) -> str:
   if marked:
     lines.append(f"{' / '.join(marked)}: paired t-test p < {ALPHA} against "
                  f"{' / '.join(marked.values())} (per metric).")
+  note = cluster_note(sig)
+  if note and bases:
+    lines.append(note)
   return "\n".join(lines)
 
 

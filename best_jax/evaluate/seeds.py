@@ -6,8 +6,11 @@
 Reads each work directory's metrics.json (`best_jax train` with
 `--config.seed=N`; the same test queries in every one) and writes one table:
 per run, MRR@10 and NDCG@10 as mean ± standard deviation over the seeds
-(ddof 1), segment P@1 (answer) likewise, and paired t-tests of the per-query
-MRR@10 averaged over the seeds against BM25 and each `--against` run. Runs
+(ddof 1), segment P@1 (answer) likewise, and, against BM25 and each
+`--against` run, the paired t-test of the per-query MRR@10 averaged over the
+seeds beside a paired randomization test flipping whole clusters of queries
+(the clusters metrics.json records: squad_longdoc's articles; each query its
+own, said so, where it records none). Runs
 missing from a work directory are left out (a line says so); work
 directories whose test queries differ are an error. `--plot` draws each
 model's dev MRR@10 against the training groups it has seen (mean over the
@@ -27,7 +30,7 @@ import numpy as np
 from best_jax.data.files import atomic_write, read_text
 from best_jax.errors import InputError
 from best_jax.evaluate.report import plot_curves
-from best_jax.evaluate.significance import paired_p_values
+from best_jax.evaluate.significance import cluster_test, paired_p_values
 
 METRICS = (("recip_rank_cut_10", "MRR@10"), ("ndcg_cut_10", "NDCG@10"))
 TESTED = "recip_rank_cut_10"
@@ -81,6 +84,8 @@ def summarise(metrics: Sequence[dict], against: Sequence[str]) -> dict:
                      f"directory (runs: {', '.join(complete)})")
   per_query = {n: np.mean([[m["per_query"][n][q][TESTED] for q in queries]
                            for m in metrics], axis=0) for n in complete}
+  clusters = metrics[0].get("clusters")
+  of, unit = (clusters["of"], clusters["unit"]) if clusters else (None, "query")
   runs = {}
   for name in complete:
     row = {"seeds": len(metrics)}
@@ -93,11 +98,18 @@ def summarise(metrics: Sequence[dict], against: Sequence[str]) -> dict:
     if all(v is not None for v in p_at_1):
       row["P@1"] = {"mean": float(np.mean(p_at_1)), "std": _std(p_at_1),
                     "values": p_at_1}
-    row["p"] = {base: float(paired_p_values(per_query[name],
-                                            per_query[base])[0])
-                for base in against if base in per_query and base != name}
+    row["p"], row["p_cluster"] = {}, {}
+    for base in against:
+      if base in per_query and base != name:
+        row["p"][base] = float(paired_p_values(per_query[name],
+                                               per_query[base])[0])
+        test = cluster_test(dict(zip(queries, per_query[name])),
+                            dict(zip(queries, per_query[base])), of, unit)
+        row["p_cluster"][base] = test.p
     runs[name] = row
   return {"seeds": len(metrics), "queries": len(queries), "runs": runs,
+          "clusters": {"unit": unit, "count": len(
+              {of[q] for q in queries} if of else queries)},
           "missing": {n: sum(n not in m["means"] or any(
               q not in m["per_query"].get(n, {}) for q in queries)
                              for m in metrics)
@@ -152,19 +164,29 @@ def _p(value: float | None) -> str:
   return "< 0.001" if value < 0.001 else f"{value:.3f}"
 
 
+def _clusters(clusters: dict) -> str:
+  if clusters["unit"] == "query":
+    return (f"queries ({clusters['count']}: no cluster map, each query its "
+            "own cluster)")
+  return f"{clusters['unit']}s ({clusters['count']} clusters)"
+
+
 def render(summary: dict, against: Sequence[str]) -> str:
   header = ["run", "MRR@10", "NDCG@10", "segment P@1"] + [
       f"p vs {b} (MRR@10)" for b in against]
   seeds = summary["seeds"]
   lines = [f"{seeds} seed{'s' * (seeds != 1)}, {summary['queries']} test "
-           "queries (mean ± std over seeds; paired t-tests on per-query "
-           "MRR@10 averaged over the seeds)",
+           "queries (mean ± std over seeds; p: paired t-test on per-query "
+           "MRR@10 averaged over the seeds / paired randomization test "
+           f"flipping whole {_clusters(summary['clusters'])})",
            "| " + " | ".join(header) + " |",
            "|" + " --- |" * len(header)]
   for name, row in summary["runs"].items():
     lines.append("| " + " | ".join(
         [name, _cell(row["MRR@10"]), _cell(row["NDCG@10"]),
-         _cell(row.get("P@1"))] + [_p(row["p"].get(b)) for b in against])
+         _cell(row.get("P@1"))] + [
+             f"{_p(row['p'].get(b))} / {_p(row['p_cluster'].get(b))}"
+             if b in row["p"] else "—" for b in against])
                  + " |")
   for name, count in summary["missing"].items():
     lines.append(f"\n{name}: missing (or on fewer queries) in {count} of "

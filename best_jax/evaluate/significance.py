@@ -1,4 +1,11 @@
-"""Paired significance tests between two runs over their common queries."""
+"""Paired significance tests between two runs over their common queries.
+
+Per query: the paired t-test and the Wilcoxon signed-rank test. Per cluster
+(`cluster_test`): a paired randomization test that flips the sign of whole
+clusters' differences (e.g. squad_longdoc's articles: questions about one
+article are not independent), exact over every sign pattern up to
+`EXACT_CLUSTERS` clusters, else Monte Carlo.
+"""
 
 from __future__ import annotations
 
@@ -73,3 +80,53 @@ def paired_p_values(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
     w_p = float(stats.wilcoxon(a, b, zero_method="wilcox",
                                method="exact" if exact else "approx").pvalue)
   return t_p, w_p
+
+
+# 2^13 = 8,192 sign patterns: enumerated; above, `RESAMPLES` random ones.
+EXACT_CLUSTERS = 13
+RESAMPLES = 10_000
+
+
+@dataclasses.dataclass(frozen=True)
+class ClusterTest:
+  """A paired randomization test over clusters of queries.
+
+  `unit` names a cluster ("article", or "query" where no cluster map
+  exists: then it is a per-query randomization test).
+  """
+  unit: str
+  num_clusters: int
+  p: float
+
+
+def cluster_test(a: Mapping[str, float], b: Mapping[str, float],
+                 clusters: Mapping[str, str] | None, unit: str = "article",
+                 seed: int = 0) -> ClusterTest:
+  """Two-sided p of the mean difference a - b over their common queries,
+  under random sign flips of each cluster's summed differences.
+
+  Args:
+    a, b: `{qid: value}`.
+    clusters: `{qid: cluster}`; None: every query its own (`unit` "query").
+    unit: what a cluster is, for the tables.
+    seed: the Monte Carlo draws (more than `EXACT_CLUSTERS` clusters).
+  """
+  qids = [q for q in a if q in b]
+  if clusters is None:
+    clusters, unit = {q: q for q in qids}, "query"
+  names = sorted({clusters[q] for q in qids})
+  index = {c: i for i, c in enumerate(names)}
+  sums_c = np.zeros(len(names))
+  np.add.at(sums_c, [index[clusters[q]] for q in qids],
+            [a[q] - b[q] for q in qids])
+  if not np.any(sums_c):
+    return ClusterTest(unit, len(names), 1.0)
+  if len(names) < 2:
+    return ClusterTest(unit, len(names), float("nan"))
+  exact = len(names) <= EXACT_CLUSTERS
+  result = stats.permutation_test(
+      (sums_c, -sums_c), lambda x, y, axis: np.sum(x, axis=axis),
+      permutation_type="samples", vectorized=True, alternative="two-sided",
+      n_resamples=np.inf if exact else RESAMPLES,
+      rng=np.random.default_rng(seed))
+  return ClusterTest(unit, len(names), float(result.pvalue))

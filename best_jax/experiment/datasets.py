@@ -76,6 +76,20 @@ def load(config: ml_collections.ConfigDict, workdir: str) -> ExperimentData:
                     config.data.get("seed", 0))
 
 
+def clusters(name: str, split: Split) -> dict | None:
+  """`{"unit", "of": {qid: cluster}}` of a split's queries for the
+  significance tests, from the data: squad_longdoc's questions cluster by
+  the article of their relevant document (docid `{article:03d}-{chunk:02d}`;
+  the questions of one article are not independent); other data have no
+  cluster map (None: each query is its own cluster)."""
+  if name != "squad_longdoc":
+    return None
+  return {"unit": "article",
+          "of": {q: min(d for d, g in judged.items() if g >= 1).split("-")[0]
+                 for q, judged in split.qrels.items()
+                 if any(g >= 1 for g in judged.values())}}
+
+
 def _subsample(data: ExperimentData, max_queries, seed: int
                ) -> ExperimentData:
   """Keeps a seeded random subset of at most `max_queries[split]` queries

@@ -32,6 +32,7 @@ from best_jax.data import trec
 from best_jax.evaluate import report
 from best_jax.evaluate import trec_eval
 from best_jax.experiment import checks
+from best_jax.experiment import datasets
 from best_jax.experiment import evaluation
 from best_jax.experiment import fusion
 from best_jax.experiment import plans
@@ -210,6 +211,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str
   selected = max(iterations, key=lambda n: models[n][2], default=None)
   bases = [b for b in ("FirstP", "BM25", selected, fusion.BM25_PEER)
            if b in runs]
+  clusters = datasets.clusters(config.data.name, test)
+  if clusters:  # For `best_jax evaluate --compare --clusters`.
+    with out.output("clusters.tsv") as f:
+      f.writelines(f"{q}\t{c}\n" for q, c in sorted(clusters["of"].items()))
   metrics = {
       "config": config.to_dict(),
       "test_queries": len(test.topics),
@@ -217,7 +222,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str
       "means": means,
       "per_query": per_query,
       "baselines": bases,
-      "significance": report.significance(per_query, bases),
+      "clusters": clusters,
+      "significance": report.significance(per_query, bases, clusters),
       "selected_best": selected,
       "dev_mrr": {name: dev for name, (_, _, dev, _) in models.items()},
       "segment_p_at_1": evaluation.selection_p_at_1(inputs, segment_scores),
