@@ -5,6 +5,7 @@ live checks when torch is importable)."""
 
 import functools
 import json
+import math
 import os
 
 import jax
@@ -114,7 +115,8 @@ def test_cross_export_layout_and_bit_exact_round_trip(cross_workdir,
                                                       cross_export):
   with open(os.path.join(cross_export, "config.json")) as f:
     config = json.load(f)
-  assert config["architectures"] == ["BertForSequenceClassification"]
+  # best_jax's linear head as ELECTRA's (gelu(z) - gelu(-z) = z).
+  assert config["architectures"] == ["ElectraForSequenceClassification"]
   assert len(config["id2label"]) == 1  # num_labels = 1
   for name in ("model.safetensors", "tokenizer.json", "vocab.txt"):
     assert os.path.isfile(os.path.join(cross_export, name)), name
@@ -122,7 +124,8 @@ def test_cross_export_layout_and_bit_exact_round_trip(cross_workdir,
   assert (info["kind"], info["aggregation"]) == ("cross", "max")
   assert info["segments"]["max_len"] == 48
   tensors = read_tensors(cross_export)
-  assert tensors["classifier.weight"].shape == (1, 32)
+  assert tensors["classifier.out_proj.weight"].shape == (1, 32)
+  assert tensors["classifier.dense.weight"].shape == (32, 32)
   loaded = hf.read_export(cross_export)
   _assert_bit_equal(loaded.params, stage_params(cross_workdir, "firstp", "max"))
   assert loaded.segments == from_workdir(cross_workdir, "maxp").segments
@@ -153,22 +156,24 @@ def _hf_inputs(directory, *texts, **kwargs):
 
 def test_cross_export_computes_what_transformers_computes(cross_export,
                                                           loaded):
-  """BertForSequenceClassification's logit, in numpy from the exported
-  files: classifier(tanh(pooler(h_[CLS]))) on the tokenizer's pair."""
+  """ElectraForSequenceClassification's logit, in numpy from the exported
+  files: out_proj(gelu(dense(h_[CLS]))) on the tokenizer's pair."""
   with open(os.path.join(cross_export, "config.json")) as f:
     config = json.load(f)
-  tensors = {k.removeprefix("bert."): v
+  tensors = {k.removeprefix("electra."): v
              for k, v in read_tensors(cross_export).items()}
+  erf = np.vectorize(math.erf)
   expected = []
   for query, text in PAIRS:
     x = _hf_inputs(cross_export, query, text)
     assert x["input_ids"].shape[1] <= 64
     cls = bert_forward(tensors, config, x["input_ids"], x["attention_mask"],
                        x["token_type_ids"])[0, 0]
-    pooled = np.tanh(tensors["pooler.dense.weight"].astype(np.float64) @ cls
-                     + tensors["pooler.dense.bias"])
-    expected.append(float(tensors["classifier.weight"][0] @ pooled
-                          + tensors["classifier.bias"][0]))
+    z = (tensors["classifier.dense.weight"].astype(np.float64) @ cls
+         + tensors["classifier.dense.bias"])
+    gelu = 0.5 * z * (1.0 + erf(z / math.sqrt(2.0)))
+    expected.append(float(tensors["classifier.out_proj.weight"][0] @ gelu
+                          + tensors["classifier.out_proj.bias"][0]))
   scores = loaded(cross_export).score_pairs(PAIRS)
   assert np.abs(np.asarray(expected)).max() > 0.5  # not all near zero
   np.testing.assert_allclose(scores, expected, atol=1e-4, rtol=0)

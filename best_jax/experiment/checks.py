@@ -1,8 +1,9 @@
 """What `best_jax train` checks before it writes anything, and what each
 finished stage records so that a rerun never resumes stale work.
 
-`check_config` turns a bad value into one `InputError` line (exit 2) before
-the work directory is touched. `fingerprint(config, regime)` is the flat
+`check_config` turns a bad value (a checkpoint that does not load
+included) into one `InputError` line (exit 2) before the work directory is
+touched. `fingerprint(config, regime)` is the flat
 `{dotted key: value}` of every setting a stage's model depends on; the stage
 records it, and `stale_keys` names what a rerun changed.
 """
@@ -18,8 +19,10 @@ from best_jax.errors import InputError
 from best_jax.segments.config import SegmenterConfig
 from best_jax.experiment.datasets import SOURCES
 from best_jax.experiment.regimes import REGIMES
+from best_jax.models import pretrained
 from best_jax.models.qds import HEADS as QDS_HEADS
 from best_jax.models.sparse_attention import PATTERNS as QDS_PATTERNS
+from best_jax.models.weights import check_checkpoint
 from best_jax.rerank.aggregate import AGGREGATIONS
 from best_jax.train.best import PAIRINGS
 from best_jax.train.losses import LOSSES
@@ -227,4 +230,16 @@ def check_config(config: ml_collections.ConfigDict) -> jax.sharding.Mesh:
            f"config.train.batch_size={t.batch_size} (per micro-batch "
            f"{t.batch_size // accumulation}) is not a multiple of the "
            f"{multiple} data-parallel devices of the mesh")
+  _check_checkpoint(config)
   return mesh
+
+
+def _check_checkpoint(config: ml_collections.ConfigDict) -> None:
+  """`config.ranker.checkpoint` must load as the ranker's kind (a tiny
+  random ranker reads only its tokenizer)."""
+  r = config.ranker
+  if not r.get("tiny"):
+    check_checkpoint(pretrained.checkpoint_dir(r.get("checkpoint")
+                                               or pretrained.MINILM),
+                     r.get("kind", "cross"),
+                     **dict(r.get("overrides", {}) or {}))

@@ -2,7 +2,10 @@
 
 Post-LayerNorm BERT (embeddings → LayerNorm → N × [self-attention, add &
 LayerNorm, GELU feed-forward, add & LayerNorm]); the pooler is left out (the
-rankers read the `[CLS]` hidden state directly).
+rankers' heads read the `[CLS]` hidden state, `models.ranker`). The same
+encoder is ELECTRA's (embeddings projected to the hidden size) and
+RoBERTa's / XLM-R's (positions from padding_idx + 1, one token type):
+`BertConfig` says which (`models.families`).
 
 Dropout is active if and only if `rngs` is passed to `__call__`, so scoring and
 segment selection are deterministic by construction; a train step passes
@@ -55,9 +58,10 @@ def _linear(in_features, out_features, kernel_axes: Axes, bias_axes: Axes,
       rngs=rngs)
 
 
-def _layer_norm(config: BertConfig, rngs: nnx.Rngs) -> nnx.LayerNorm:
+def _layer_norm(config: BertConfig, rngs: nnx.Rngs,
+                width: int | None = None) -> nnx.LayerNorm:
   return nnx.LayerNorm(
-      config.hidden_size, epsilon=config.layer_norm_eps, dtype=config.dtype,
+      width or config.hidden_size, epsilon=config.layer_norm_eps, dtype=config.dtype,
       param_dtype=config.param_dtype, use_fast_variance=False,
       scale_metadata=_meta(("embed",)), bias_metadata=_meta(("embed",)),
       rngs=rngs)
@@ -89,39 +93,57 @@ def _lookup(table: nnx.Param, ids_bl: jax.Array) -> jax.Array:
 
 
 class Embeddings(nnx.Module):
-  """Word + position + token-type embeddings, LayerNorm, dropout."""
+  """Word + position + token-type embeddings, LayerNorm, dropout; projected
+  to `hidden_size` when `embedding_size` differs (ELECTRA).
+
+  Positions start at `position_offset` (RoBERTa's padding_idx + 1); with one
+  token type (RoBERTa, XLM-R) every token has type 0.
+  """
 
   def __init__(self, config: BertConfig, *, rngs: nnx.Rngs):
     self.config = config
     init = nnx.initializers.truncated_normal(0.02)
+    width = config.embedding_width
 
     def table(rows: int, axes: Axes) -> nnx.Embed:
-      return nnx.Embed(rows, config.hidden_size, dtype=config.dtype,
+      return nnx.Embed(rows, width, dtype=config.dtype,
                        param_dtype=config.param_dtype, embedding_init=init,
                        embedding_metadata=_meta(axes), rngs=rngs)
 
     self.word = table(config.vocab_size, ("vocab", "embed"))
     self.position = table(config.max_position_embeddings, (None, "embed"))
     self.token_type = table(config.type_vocab_size, (None, "embed"))
-    self.norm = _layer_norm(config, rngs)
+    self.norm = _layer_norm(config, rngs, width)
+    self.project = (_linear(width, config.hidden_size, (None, "embed"),
+                            ("embed",), config, rngs)
+                    if width != config.hidden_size else None)
 
   def __call__(self, input_ids_bl, token_type_ids_bl, rngs=None, *,
                sites=None, length=None) -> jax.Array:
     """Embeds `[..., length]` ids at positions 0, 1, …, or an unpadded
     stream's ids from rows of `length`, each at its `sites` (row,
     position)."""
+    config = self.config
     length = input_ids_bl.shape[-1] if length is None else length
-    if length > self.config.max_position_embeddings:
+    positions = config.max_position_embeddings - config.position_offset
+    if length > positions:
       raise InputError(f"sequence length {length} exceeds the model's "
-                       f"{self.config.max_position_embeddings} positions")
-    dtype = self.config.dtype
+                       f"{positions} positions")
+    dtype = config.dtype
+    if config.type_vocab_size == 1:
+      token_type_ids_bl = jnp.zeros_like(token_type_ids_bl)
     words_bld = _lookup(self.word.embedding, input_ids_bl)
     types_bld = _lookup(self.token_type.embedding, token_type_ids_bl)
-    positions_bld = (self.position.embedding[:length] if sites is None
-                     else _lookup(self.position.embedding, sites[1]))
+    offset = config.position_offset
+    positions_bld = (self.position.embedding[offset:offset + length]
+                     if sites is None
+                     else _lookup(self.position.embedding, sites[1] + offset))
     x_bld = (words_bld.astype(dtype) + types_bld.astype(dtype)
              + positions_bld.astype(dtype))
-    return dropout(self.norm(x_bld), self.config.hidden_dropout, rngs, sites)
+    x_bld = dropout(self.norm(x_bld), config.hidden_dropout, rngs, sites)
+    if self.project is None:
+      return x_bld
+    return self.project(x_bld, out_sharding=_batch_sharded(x_bld, 1))
 
 
 class SelfAttention(nnx.Module):

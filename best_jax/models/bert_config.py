@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from typing import Any
 
@@ -19,6 +18,15 @@ class BertConfig:
 
   `dtype` is the activation/compute dtype (float32 or bfloat16); parameters are
   stored in `param_dtype`. Softmax and LayerNorm statistics are always float32.
+
+  `model_type` names the family (`models.families`) whose config.json, tensor
+  names and Hugging Face classes the encoder follows. `embedding_size`
+  (ELECTRA) is the width of the embeddings when they are projected to
+  `hidden_size`; `position_offset` (RoBERTa, XLM-R: padding_idx + 1) is the
+  position of a row's first token. `head` is the cross-encoder's head on the
+  first token's hidden state (`models.ranker.HEADS`): `linear` (w·h + b),
+  `tanh` or `gelu` (w·act(W h + c) + b, the BERT pooler and classifier,
+  RoBERTa's and ELECTRA's classification heads).
 
   `attention_block`: None (the default) chooses per backend and shape at
   trace time (`attention_plan`): on XLA CPU with one device, a sequential
@@ -39,11 +47,20 @@ class BertConfig:
   dtype: Any = jnp.float32
   param_dtype: Any = jnp.float32
   attention_block: int | None = None
+  model_type: str = "bert"
+  embedding_size: int | None = None
+  position_offset: int = 0
+  head: str = "linear"
 
   def __post_init__(self):
     if self.hidden_size % self.num_heads:
       raise InputError(f"hidden_size {self.hidden_size} is not a multiple of "
                        f"num_heads {self.num_heads}")
+
+  @property
+  def embedding_width(self) -> int:
+    """The width of the embedding tables (`hidden_size` unless projected)."""
+    return self.embedding_size or self.hidden_size
 
   @property
   def head_dim(self) -> int:
@@ -60,19 +77,16 @@ class BertConfig:
   @classmethod
   def from_checkpoint(cls, checkpoint_dir: str | os.PathLike,
                       **overrides: Any) -> BertConfig:
-    """Reads a Hugging Face BERT `config.json` (BERT, MiniLM and the like)."""
-    path = os.path.join(os.fspath(checkpoint_dir), "config.json")
-    try:
-      with open(path, encoding="utf-8") as f:
-        hf = json.load(f)
-    except FileNotFoundError:
-      raise InputError("no config.json in checkpoint directory", path) from None
-    except (OSError, ValueError) as e:
-      raise InputError(f"cannot read config: {e}", path) from None
-    model_type = hf.get("model_type", "bert")
-    if model_type != "bert":
-      raise InputError(f"model_type {model_type!r} is not supported (only "
-                       "'bert')", path)
+    """The encoder of a Hugging Face checkpoint directory of a BERT-like
+    family (`models.families`)."""
+    from best_jax.models import families  # pylint: disable=import-outside-toplevel
+    return families.read_config(checkpoint_dir, **overrides)
+
+  @classmethod
+  def from_hf(cls, hf: dict[str, Any], path: str,
+              **overrides: Any) -> BertConfig:
+    """A BERT-like encoder from config.json's values `hf` (read from
+    `path`): BERT's keys; `overrides` (the family's and the caller's) win."""
     activation = hf.get("hidden_act", "gelu")
     if activation != "gelu":
       raise InputError(f"hidden_act {activation!r} is not supported (only "

@@ -1,25 +1,42 @@
-"""The cross-encoder ranker: BERT, then [CLS] through one linear layer.
+"""The cross-encoder ranker: an encoder, then a head on the first token.
 
-The scorer of SPEC §1 (Dai & Callan 2019), shared by every method:
-`score = w · h_[CLS] + b`, one float32 scalar per `[CLS] q [SEP] d [SEP]`.
-The head's kernel has logical axes ('embed', None).
+The scorer of SPEC §1 (Dai & Callan 2019), shared by every method: one
+float32 scalar per `[CLS] q [SEP] d [SEP]` row (or the family's pair
+template). The head is `config.head` (`HEADS`), float32:
+
+  linear  w · h + b              best_jax's own head (a random start)
+  tanh    w · tanh(W h + c) + b  BERT's pooler and classifier; RoBERTa's
+                                 and XLM-R's classification head
+  gelu    w · gelu(W h + c) + b  ELECTRA's classification head
+
+with `h` the first token's last hidden state, as transformers' sequence
+classifiers compute it (their dropout aside: the head has none). Kernels
+have logical axes ('embed', None).
 """
 
 from __future__ import annotations
+
+import functools
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from best_jax.models.bert import BertEncoder
+from best_jax.models import families
 from best_jax.models.bert_config import BertConfig
 from best_jax.models.unpadding import TokenBudget
 
+# The activation between a head's dense layer and its output (None: no
+# dense layer).
+HEADS = {"linear": None, "tanh": jnp.tanh,
+         "gelu": functools.partial(jax.nn.gelu, approximate=False)}
 
-def score_head(config: BertConfig, *, rngs: nnx.Rngs) -> nnx.Linear:
-  """The float32 linear layer [CLS] vector → score, randomly initialised."""
+
+def _head_linear(config: BertConfig, out_features: int,
+                 rngs: nnx.Rngs) -> nnx.Linear:
   return nnx.Linear(
-      config.hidden_size, 1, dtype=jnp.float32, param_dtype=config.param_dtype,
+      config.hidden_size, out_features, dtype=jnp.float32,
+      param_dtype=config.param_dtype,
       kernel_init=nnx.initializers.truncated_normal(0.02),
       kernel_metadata={"out_sharding": ("embed", None),
                        "eager_sharding": False},
@@ -27,13 +44,38 @@ def score_head(config: BertConfig, *, rngs: nnx.Rngs) -> nnx.Linear:
       rngs=rngs)
 
 
+class DenseHead(nnx.Module):
+  """`out(activation(dense(h)))`: a pooler (or classification head's dense
+  layer) and the one-output classifier."""
+
+  def __init__(self, config: BertConfig, *, rngs: nnx.Rngs):
+    self.activation = config.head
+    self.dense = _head_linear(config, config.hidden_size, rngs)
+    self.out = _head_linear(config, 1, rngs)
+
+  def __call__(self, h_nd: jax.Array) -> jax.Array:
+    return self.out(HEADS[self.activation](self.dense(h_nd)))
+
+
+def score_head(config: BertConfig, *, rngs: nnx.Rngs) -> nnx.Module:
+  """The float32 head first hidden state → score `[n, 1]`, randomly
+  initialised: an `nnx.Linear` for `linear`, else a `DenseHead`."""
+  if config.head not in HEADS:
+    raise ValueError(f"head {config.head!r} is not one of {', '.join(HEADS)}")
+  if HEADS[config.head] is None:
+    return _head_linear(config, 1, rngs)
+  return DenseHead(config, rngs=rngs)
+
+
 class CrossEncoderRanker(nnx.Module):
   """Scores token sequences of any leading shape `[..., length]`."""
 
   def __init__(self, config: BertConfig, *, rngs: nnx.Rngs):
     self.config = config
-    self.encoder = BertEncoder(config, rngs=rngs)
-    self.head = score_head(config, rngs=rngs)
+    family = families.family(config.model_type)
+    self.encoder = family.encoder(config, rngs)
+    self.head = (family.head(config, rngs) if family.head
+                 else score_head(config, rngs=rngs))
 
   def __call__(self, input_ids: jax.Array, attention_mask: jax.Array,
                token_type_ids: jax.Array, *,

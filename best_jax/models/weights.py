@@ -1,18 +1,19 @@
-"""Import of Hugging Face BERT weights into the NNX encoder and ranker, and
-the inverse (`encoder_tensors`, for `best_jax export`).
+"""Import of Hugging Face weights into the NNX encoders and ranker, and the
+inverse (`model_tensors`, for `best_jax export`).
 
 Reads `model.safetensors` (or a sharded `model.safetensors.index.json`).
 `pytorch_model.bin` is a pickle, which can execute code when loaded: it is read
 only with `torch.load(weights_only=True)`, and only when torch is installed.
 
-Hugging Face names (with or without a `bert.` prefix) map to NNX paths; Linear
-weights are transposed ([out, in] → [in, out]) and the attention kernels are
-reshaped to [embed, heads, kv] / [heads, kv, embed]. Every shape is checked.
-Tensors that are known and deliberately unused are skipped: the pooler (the
-rankers read the [CLS] hidden state directly) and the `position_ids` buffer.
-A `classifier` of shape [1, hidden] (a Hugging Face cross-encoder) initialises
-the ranker's head. Anything else missing or unexpected is an InputError that
-lists it.
+The checkpoint's family (`models.families`, by config.json's `model_type`)
+maps its tensor names (the encoder's with or without the family's prefix,
+e.g. `bert.`) to NNX paths; Linear weights are transposed ([out, in] → [in,
+out]) and the attention kernels reshaped to [embed, heads, kv] / [heads, kv,
+embed]. Every shape is checked. A *ForSequenceClassification (one label)
+gives the ranker its head; a *Model's ranker starts with a random one.
+Tensors the family names as unused are skipped (a *Model's pooler, buffers,
+pretraining heads); anything else missing or unexpected is an InputError
+that lists it.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Callable
 
 import jax.numpy as jnp
 import numpy as np
@@ -28,17 +28,11 @@ from flax import nnx
 from safetensors import SafetensorError, safe_open
 
 from best_jax.errors import InputError
+from best_jax.models import families
 from best_jax.models.bert import BertEncoder
 from best_jax.models.bert_config import BertConfig
+from best_jax.models.families import Path
 from best_jax.models.ranker import CrossEncoderRanker, score_head
-
-Path = tuple[str | int, ...]
-Convert = Callable[[np.ndarray], np.ndarray]
-
-# Tensors present in BERT checkpoints that best_jax does not use.
-_IGNORED = re.compile(
-    r"^(pooler\.dense\.(weight|bias)|embeddings\.position_ids"
-    r"|cls\..*)$")
 
 
 def read_tensors(checkpoint_dir: str | os.PathLike) -> dict[str, np.ndarray]:
@@ -88,126 +82,140 @@ def _read_torch_pickle(path: str) -> dict[str, np.ndarray]:
   return {name: t.float().numpy() for name, t in state.items()}
 
 
-def _strip_prefix(name: str) -> str:
-  name = name.removeprefix("bert.")
-  # Old TF-converted checkpoints call LayerNorm parameters gamma and beta.
-  return re.sub(r"LayerNorm\.gamma$", "LayerNorm.weight",
-                re.sub(r"LayerNorm\.beta$", "LayerNorm.bias", name))
+def _by_name(tensors: dict[str, np.ndarray], family: families.Family,
+             head_names: set[str]) -> dict[str, np.ndarray]:
+  """The checkpoint's tensors by the family's names: the encoder's without
+  the family's prefix (a head's keep theirs), LayerNorm's `gamma`/`beta` of
+  old TF-converted checkpoints as `weight`/`bias`."""
+  out = {}
+  for name, array in tensors.items():
+    if name not in head_names:
+      name = name.removeprefix(family.prefix)
+    out[re.sub(r"LayerNorm\.gamma$", "LayerNorm.weight",
+               re.sub(r"LayerNorm\.beta$", "LayerNorm.bias", name))] = array
+  return out
 
 
-def _encoder_names(config: BertConfig
-                   ) -> dict[str, tuple[Path, Convert, Convert]]:
-  """HF tensor name → (NNX path inside the encoder, conversion, inverse)."""
-  heads, head_dim = config.num_heads, config.head_dim
-  hidden = config.hidden_size
-  same = (lambda w: w, lambda w: w)
-  transpose = (lambda w: w.T, lambda w: w.T)
-  # [out, in] → [embed, heads, kv] and [heads, kv, embed], and back.
-  qkv_kernel = (lambda w: w.T.reshape(hidden, heads, head_dim),
-                lambda k: k.reshape(hidden, heads * head_dim).T)
-  qkv_bias = (lambda b: b.reshape(heads, head_dim),
-              lambda b: b.reshape(heads * head_dim))
-  out_kernel = (lambda w: w.T.reshape(heads, head_dim, hidden),
-                lambda k: k.reshape(heads * head_dim, hidden).T)
-  names: dict[str, tuple[Path, Convert, Convert]] = {}
+def _listed(what: str, names: list[str]) -> str:
+  return (f"{what} {len(names)} tensors: {', '.join(names[:8])}"
+          + (" ..." if len(names) > 8 else ""))
 
-  def norm(hf: str, path: Path):
-    names[f"{hf}.weight"] = (path + ("scale",), *same)
-    names[f"{hf}.bias"] = (path + ("bias",), *same)
 
-  for hf, nnx_name in (("word", "word"), ("position", "position"),
-                       ("token_type", "token_type")):
-    names[f"embeddings.{hf}_embeddings.weight"] = (
-        ("embeddings", nnx_name, "embedding"), *same)
-  norm("embeddings.LayerNorm", ("embeddings", "norm"))
-  for i in range(config.num_layers):
-    hf, layer = f"encoder.layer.{i}", ("layers", i)
-    for part in ("query", "key", "value"):
-      names[f"{hf}.attention.self.{part}.weight"] = (
-          layer + ("attention", part, "kernel"), *qkv_kernel)
-      names[f"{hf}.attention.self.{part}.bias"] = (
-          layer + ("attention", part, "bias"), *qkv_bias)
-    names[f"{hf}.attention.output.dense.weight"] = (
-        layer + ("attention", "output", "kernel"), *out_kernel)
-    names[f"{hf}.attention.output.dense.bias"] = (
-        layer + ("attention", "output", "bias"), *same)
-    norm(f"{hf}.attention.output.LayerNorm", layer + ("attention_norm",))
-    names[f"{hf}.intermediate.dense.weight"] = (
-        layer + ("intermediate", "kernel"), *transpose)
-    names[f"{hf}.intermediate.dense.bias"] = (
-        layer + ("intermediate", "bias"), *same)
-    names[f"{hf}.output.dense.weight"] = (layer + ("output", "kernel"),
-                                          *transpose)
-    names[f"{hf}.output.dense.bias"] = (layer + ("output", "bias"), *same)
-    norm(f"{hf}.output.LayerNorm", layer + ("output_norm",))
-  return names
+def checkpoint_arrays(tensors: dict[str, np.ndarray], config: BertConfig,
+                      source: str | None = None, *, head: bool = False
+                      ) -> tuple[dict[Path, np.ndarray],
+                                 dict[Path, np.ndarray]]:
+  """Maps HF tensors to the encoder's `{nnx_path: array}` and, with `head`,
+  the ranker's head's (paths from the ranker), checking names.
+
+  Raises:
+    InputError: listing missing and unexpected tensors.
+  """
+  family = families.family(config.model_type, source)
+  head_names = family.head_tensors(config)
+  by_name = _by_name(tensors, family, set(head_names))
+  expected = dict(family.encoder_tensors(config),
+                  **(head_names if head else {}))
+  unused = re.compile(family.unused)
+  missing = sorted(set(expected) - set(by_name))
+  unexpected = sorted(name for name in set(by_name) - set(expected)
+                      if not unused.match(name) and name not in head_names)
+  if missing or unexpected:
+    parts = ([_listed("missing", missing)] if missing else []) + (
+        [_listed("unexpected", unexpected)] if unexpected else [])
+    raise InputError(
+        f"checkpoint does not match a {config.model_type} "
+        f"{'sequence classifier' if head else 'encoder'} with "
+        f"{config.num_layers} layers ({'; '.join(parts)}; a *Model's pooler "
+        "is not read)", source)
+  encoder, head_arrays = {}, {}
+  encoder_names = family.encoder_tensors(config)
+  for name, (path, convert, _) in expected.items():
+    target = encoder if name in encoder_names else head_arrays
+    target[path] = convert(np.asarray(by_name[name]))
+  return encoder, head_arrays
 
 
 def encoder_arrays(tensors: dict[str, np.ndarray], config: BertConfig,
                    source: str | None = None) -> dict[Path, np.ndarray]:
-  """Maps HF tensors to `{nnx_path: array}` of the encoder, checking names.
+  """The encoder's `{nnx_path: array}` of HF tensors (any head ignored)."""
+  return checkpoint_arrays(tensors, config, source)[0]
+
+
+def model_tensors(arrays: dict[Path, np.ndarray], config: BertConfig, *,
+                  classifier: bool) -> dict[str, np.ndarray]:
+  """The inverse of `checkpoint_arrays`: a model's `{nnx_path: array}` → its
+  family's *ForSequenceClassification tensors (`classifier`: paths from the
+  ranker) or *Model tensors (paths from the encoder), float32, contiguous.
 
   Raises:
-    InputError: listing missing and unexpected tensors, or a shape mismatch.
+    KeyError: a parameter of the model is missing from `arrays`.
   """
-  by_name = {_strip_prefix(name): array for name, array in tensors.items()}
-  expected = _encoder_names(config)
-  missing = sorted(set(expected) - set(by_name))
-  unexpected = sorted(name for name in set(by_name) - set(expected)
-                      if not _IGNORED.match(name) and
-                      not name.startswith("classifier."))
-  if missing or unexpected:
-    parts = []
-    if missing:
-      parts.append(f"missing {len(missing)} tensors: {', '.join(missing[:8])}"
-                   + (" ..." if len(missing) > 8 else ""))
-    if unexpected:
-      parts.append(f"unexpected {len(unexpected)} tensors: "
-                   f"{', '.join(unexpected[:8])}"
-                   + (" ..." if len(unexpected) > 8 else ""))
-    raise InputError("checkpoint does not match a BERT encoder with "
-                     f"{config.num_layers} layers ({'; '.join(parts)}; the "
-                     "pooler is ignored on purpose)", source)
-  return {path: convert(np.asarray(by_name[name]))
-          for name, (path, convert, _) in expected.items()}
-
-
-def encoder_tensors(arrays: dict[Path, np.ndarray], config: BertConfig
-                    ) -> dict[str, np.ndarray]:
-  """The inverse of `encoder_arrays`: `{nnx_path: array}` of an encoder →
-  Hugging Face `BertModel` tensors by name (no pooler), float32, contiguous.
-
-  Raises:
-    KeyError: a parameter of the encoder is missing from `arrays`.
-  """
+  family = families.family(config.model_type)
+  if classifier:
+    names = {family.prefix + name: (("encoder",) + path, *convert)
+             for name, (path, *convert)
+             in family.encoder_tensors(config).items()}
+    names.update(family.head_tensors(config))
+  else:
+    names = family.encoder_tensors(config)
   return {name: np.ascontiguousarray(invert(np.asarray(arrays[path])),
                                      dtype=np.float32)
-          for name, (path, _, invert) in _encoder_names(config).items()}
+          for name, (path, _, invert) in names.items()}
 
 
-def _assign(abstract: nnx.Module, arrays: dict[Path, np.ndarray],
-            source: str | None) -> nnx.Module:
-  """Fills an abstract (eval_shape) module with arrays; checks every shape."""
-  graphdef, state = nnx.split(abstract)
-  flat = nnx.to_flat_state(state)
-  for path, variable in flat:
+def _check_shapes(abstract: nnx.Module, arrays: dict[Path, np.ndarray],
+                 source: str | None) -> None:
+  """Raises InputError unless `arrays` has a value of the right shape for
+  every parameter of `abstract` (an eval_shape module)."""
+  for path, variable in nnx.to_flat_state(nnx.state(abstract)):
     spec = variable.get_value()
     if path not in arrays:
       raise InputError(f"no value for parameter {'/'.join(map(str, path))}",
                        source)
-    array = arrays[path]
-    if tuple(array.shape) != tuple(spec.shape):
+    if tuple(arrays[path].shape) != tuple(spec.shape):
       raise InputError(
           f"parameter {'/'.join(map(str, path))} has shape "
-          f"{tuple(array.shape)} in the checkpoint, the model expects "
+          f"{tuple(arrays[path].shape)} in the checkpoint, the model expects "
           f"{tuple(spec.shape)}", source)
-    variable.set_value(jnp.asarray(array, dtype=spec.dtype))
+
+
+def assign(abstract: nnx.Module, arrays: dict[Path, np.ndarray],
+           source: str | None) -> nnx.Module:
+  """Fills an abstract (eval_shape) module with arrays; checks every shape."""
+  _check_shapes(abstract, arrays, source)
+  graphdef, state = nnx.split(abstract)
+  flat = nnx.to_flat_state(state)
+  for path, variable in flat:
+    variable.set_value(jnp.asarray(arrays[path],
+                                   dtype=variable.get_value().dtype))
   return nnx.merge(graphdef, nnx.from_flat_state(flat))
+
+
+def check_checkpoint(checkpoint_dir: str | os.PathLike, kind: str,
+                     **overrides) -> None:
+  """Raises InputError unless the directory loads as a `kind` ("cross" or
+  "bi") model: its family, labels, tensor names and shapes (nothing is
+  placed on a device)."""
+  source = os.fspath(checkpoint_dir)
+  config = families.read_config(source, **overrides)
+  classifier = kind == "cross" and families.is_classifier(
+      *families.read_hf_config(source))
+  encoder, head = checkpoint_arrays(read_tensors(source), config, source,
+                                    head=classifier)
+  family = families.family(config.model_type)
+  _check_shapes(nnx.eval_shape(lambda: family.encoder(config, nnx.Rngs(0))),
+                encoder, source)
+  if classifier:
+    ranker = nnx.eval_shape(
+        lambda: CrossEncoderRanker(config, rngs=nnx.Rngs(0)))
+    _check_shapes(ranker.head, {p[1:]: a for p, a in head.items()}, source)
 
 
 def load_encoder(checkpoint_dir: str | os.PathLike, *,
                  dtype=jnp.float32, **overrides) -> BertEncoder:
-  """A `BertEncoder` with the weights of a Hugging Face BERT checkpoint.
+  """The encoder with the weights of a Hugging Face checkpoint (any head of
+  a sequence classifier is not read).
 
   Args:
     checkpoint_dir: a directory with config.json and model.safetensors.
@@ -215,32 +223,32 @@ def load_encoder(checkpoint_dir: str | os.PathLike, *,
     **overrides: other `BertConfig` fields, e.g. `hidden_dropout=0.0`.
   """
   source = os.fspath(checkpoint_dir)
-  config = BertConfig.from_checkpoint(source, dtype=dtype, **overrides)
+  config = families.read_config(source, dtype=dtype, **overrides)
   arrays = encoder_arrays(read_tensors(source), config, source)
-  abstract = nnx.eval_shape(lambda: BertEncoder(config, rngs=nnx.Rngs(0)))
-  return _assign(abstract, arrays, source)
+  family = families.family(config.model_type)
+  abstract = nnx.eval_shape(lambda: family.encoder(config, nnx.Rngs(0)))
+  return assign(abstract, arrays, source)
 
 
 def load_ranker(checkpoint_dir: str | os.PathLike, *, rngs: nnx.Rngs,
                 dtype=jnp.float32, **overrides) -> CrossEncoderRanker:
-  """A `CrossEncoderRanker` whose encoder comes from a HF checkpoint.
-
-  The head is random (from `rngs`), unless the checkpoint has a one-output
-  `classifier` (a Hugging Face cross-encoder), which is then imported.
+  """A `CrossEncoderRanker` of a HF checkpoint: a *ForSequenceClassification
+  with one label gives every parameter, its head included; a *Model's head
+  is random (from `rngs`).
   """
   source = os.fspath(checkpoint_dir)
-  config = BertConfig.from_checkpoint(source, dtype=dtype, **overrides)
-  tensors = read_tensors(source)
-  arrays = {("encoder",) + path: array for path, array
-            in encoder_arrays(tensors, config, source).items()}
-  head = score_head(config, rngs=rngs)
-  arrays[("head", "kernel")] = np.asarray(head.kernel.get_value())
-  arrays[("head", "bias")] = np.asarray(head.bias.get_value())
-  by_name = {_strip_prefix(name): array for name, array in tensors.items()}
-  weight = by_name.get("classifier.weight")
-  if weight is not None and weight.shape == (1, config.hidden_size):
-    arrays[("head", "kernel")] = np.asarray(weight).T
-    arrays[("head", "bias")] = np.asarray(by_name["classifier.bias"])
+  config = families.read_config(source, dtype=dtype, **overrides)
+  classifier = families.is_classifier(*families.read_hf_config(source))
+  encoder, head = checkpoint_arrays(read_tensors(source), config, source,
+                                    head=classifier)
+  arrays = {("encoder",) + path: array for path, array in encoder.items()}
+  if not classifier:
+    family = families.family(config.model_type)
+    fresh = (family.head(config, rngs) if family.head
+             else score_head(config, rngs=rngs))
+    head = {("head",) + path: np.asarray(variable.get_value())
+            for path, variable in nnx.to_flat_state(nnx.state(fresh))}
+  arrays.update(head)
   abstract = nnx.eval_shape(
       lambda: CrossEncoderRanker(config, rngs=nnx.Rngs(0)))
-  return _assign(abstract, arrays, source)
+  return assign(abstract, arrays, source)

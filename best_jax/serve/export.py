@@ -7,6 +7,8 @@ directory (`serve.hf`).
 from __future__ import annotations
 
 import argparse
+import json
+import os
 
 from best_jax.serve import hf
 from best_jax.serve.trained import MODEL_NAMES, from_workdir
@@ -26,8 +28,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
   model = from_workdir(args.workdir, args.model)
   hf.write_export(model, args.out)
-  layout = ("sentence-transformers bi-encoder" if model.kind == "bi" else
-            "BertForSequenceClassification (num_labels=1)")
+  with open(os.path.join(args.out, "config.json"), encoding="utf-8") as f:
+    architecture = json.load(f)["architectures"][0]
+  layout = (f"sentence-transformers bi-encoder ({architecture})"
+            if model.kind == "bi" else f"{architecture} (num_labels=1)")
   origin = model.origin
   print(f"export: {model.name} (stage {origin['stage']}, parameters "
         f"{origin['key']!r}, aggregation {model.aggregation}) -> {args.out} "

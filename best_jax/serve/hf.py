@@ -1,32 +1,33 @@
 """Hugging Face directories of trained models: `write_export` and its
 inverse `read_export` (bit-exact).
 
-A cross-encoder becomes a `BertForSequenceClassification` with one label:
-`config.json`, `model.safetensors` (`bert.*`, `classifier.*`) and the
-tokenizer files. best_jax's head reads the `[CLS]` hidden state `h` directly
-(`w · h + b`), while transformers puts a pooler `tanh(W h + c)` before the
-classifier; the export makes that pooler the identity: `W = 2⁻²⁰ · I`,
-`c = 0`, so `tanh` of inputs that small returns them unchanged (to float32
-rounding), and the classifier is `2²⁰ · w` (powers of two: both scalings
-are exact, and best_jax reads the head back bit for bit).
-`AutoModelForSequenceClassification` then gives best_jax's score as its
-logit. (Fine-tuning the export further in transformers starts from that
-scaled pooler.)
+A cross-encoder becomes its family's `*ForSequenceClassification` with one
+label (`models.families`: BERT, ELECTRA, RoBERTa, XLM-RoBERTa): config.json,
+`model.safetensors` and the tokenizer files, every tensor as best_jax holds
+it, so transformers computes best_jax's score as its logit in any dtype.
+best_jax's own `linear` head (`w · h_[CLS] + b`, a cross-encoder trained
+from a `BertModel` such as MiniLM) has no BERT class: such a model is
+written as an `ElectraForSequenceClassification` (ELECTRA's encoder is
+BERT's), whose head `out_proj(gelu(dense(h)))` computes it exactly with
+dense rows `w` and `−w` and `out_proj` weights 1 and −1, since
+`gelu(z) − gelu(−z) = z·Φ(z) + z·Φ(−z) = z`.
 
-A bi-encoder becomes a sentence-transformers model: the `BertModel` files
-plus `modules.json` (Transformer → mean Pooling → Normalize for cosine),
+A bi-encoder becomes a sentence-transformers model: the family's `*Model`
+files plus `modules.json` (Transformer → mean Pooling → Normalize for cosine),
 `1_Pooling/config.json`, `sentence_bert_config.json` (`max_seq_length`: the
 training rows' length) and `config_sentence_transformers.json` (the
 similarity). sentence-transformers' `similarity` is the cosine; best_jax's
 score is `scale · cosine` (`scale` in best_jax.json) or the dot product.
 
 `best_jax.json` holds what transformers cannot express: the kind, segmenter
-settings, aggregation, the head scaling and the whole training config.
+settings, aggregation, the encoder's family and head, and the whole
+training config.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import shutil
@@ -41,62 +42,82 @@ from safetensors.numpy import save_file
 
 from best_jax import __version__
 from best_jax.errors import InputError
-from best_jax.models import BertConfig, load_ranker
+from best_jax.models import (BertConfig, CrossEncoderRanker, families,
+                             load_ranker)
 from best_jax.models.bi_encoder import load_bi_encoder
-from best_jax.models.weights import encoder_tensors
+from best_jax.models.weights import assign, model_tensors
+from best_jax.segments.config import SegmenterConfig
 from best_jax.serve.trained import TrainedModel
+from best_jax.train.sharding import STANDARD_LOGICAL_AXIS_RULES
 from best_jax.train.state import split_params
 
 MANIFEST = "best_jax.json"
-FORMAT = 1
-# The pooler is 2**-HEAD_LOG2 · I and the classifier 2**HEAD_LOG2 · w: with
-# |h| < 2**8, |2**-20 h| < 2**-12, where float32 tanh(x) == x.
-HEAD_LOG2 = 20
+# 2: every tensor as trained (1 scaled a BERT pooler and classifier).
+FORMAT = 2
 # `BertConfig` fields that config.json does not hold (the rest it does).
 NOT_IN_HF_CONFIG = ("attention_block", "dtype", "param_dtype")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json",
                    "special_tokens_map.json", "vocab.txt", "added_tokens.json")
 
 
-def _flat(params: nnx.State) -> dict[tuple, np.ndarray]:
-  return {path: np.asarray(variable.get_value())
-          for path, variable in nnx.to_flat_state(params)}
+def linear_as_gelu(arrays: dict[tuple, np.ndarray], config: BertConfig
+                   ) -> tuple[dict[tuple, np.ndarray], BertConfig]:
+  """A ranker with best_jax's `linear` head as the same ranker with
+  ELECTRA's `gelu` head (see the module docstring), exactly."""
+  if config.model_type not in ("bert", "electra") or config.hidden_size < 2:
+    raise InputError(f"a {config.model_type} encoder with best_jax's linear "
+                     "head has no transformers class to export to")
+  arrays = dict(arrays)
+  w = arrays.pop(("head", "kernel")).astype(np.float32)[:, 0]
+  hidden = config.hidden_size
+  dense = np.zeros((hidden, hidden), np.float32)
+  dense[:, 0], dense[:, 1] = w, -w
+  out = np.zeros((hidden, 1), np.float32)
+  out[0, 0], out[1, 0] = 1.0, -1.0
+  arrays.update({("head", "dense", "kernel"): dense,
+                 ("head", "dense", "bias"): np.zeros(hidden, np.float32),
+                 ("head", "out", "kernel"): out,
+                 ("head", "out", "bias"): arrays.pop(("head", "bias"))})
+  return arrays, dataclasses.replace(config, model_type="electra",
+                                     head="gelu")
+
+
+def gelu_as_linear(arrays: dict[tuple, np.ndarray]
+                   ) -> dict[tuple, np.ndarray]:
+  """The inverse of `linear_as_gelu`'s parameters (bit for bit)."""
+  arrays = dict(arrays)
+  dense = arrays.pop(("head", "dense", "kernel"))
+  arrays.pop(("head", "dense", "bias"))
+  arrays.pop(("head", "out", "kernel"))
+  arrays[("head", "kernel")] = dense[:, :1]
+  arrays[("head", "bias")] = arrays.pop(("head", "out", "bias"))
+  return arrays
+
+
+def exported(model: TrainedModel
+             ) -> tuple[dict[tuple, np.ndarray], BertConfig]:
+  """The parameters `{path: array}` and encoder config the export writes."""
+  arrays = {path: np.asarray(variable.get_value())
+            for path, variable in nnx.to_flat_state(model.params)}
+  if model.kind == "bi":
+    encoder = {p[1:]: a for p, a in arrays.items() if p[0] == "encoder"}
+    return encoder, model.bert
+  if model.bert.head == "linear":
+    return linear_as_gelu(arrays, model.bert)
+  return arrays, model.bert
 
 
 def hf_tensors(model: TrainedModel) -> dict[str, np.ndarray]:
   """The model's tensors under transformers' names (see the docstring)."""
-  arrays = _flat(model.params)
-  encoder = encoder_tensors({p[1:]: a for p, a in arrays.items()
-                             if p[0] == "encoder"}, model.bert)
-  hidden = model.bert.hidden_size
-  eye = np.eye(hidden, dtype=np.float32)
-  if model.kind == "bi":
-    return dict(encoder, **{"pooler.dense.weight": eye,
-                            "pooler.dense.bias": np.zeros(hidden, np.float32)})
-  tensors = {f"bert.{name}": array for name, array in encoder.items()}
-  tensors["bert.pooler.dense.weight"] = np.ldexp(eye, -HEAD_LOG2)
-  tensors["bert.pooler.dense.bias"] = np.zeros(hidden, np.float32)
-  kernel = arrays[("head", "kernel")].astype(np.float32)  # [hidden, 1]
-  tensors["classifier.weight"] = np.ascontiguousarray(
-      np.ldexp(kernel, HEAD_LOG2).T)
-  tensors["classifier.bias"] = arrays[("head", "bias")].astype(np.float32)
-  return tensors
+  arrays, config = exported(model)
+  return model_tensors(arrays, config, classifier=model.kind == "cross")
 
 
-def hf_config(model: TrainedModel, pad_id: int) -> transformers.BertConfig:
-  b = model.bert
-  extra = (dict(architectures=["BertModel"]) if model.kind == "bi" else
-           dict(architectures=["BertForSequenceClassification"],
-                num_labels=1))
-  return transformers.BertConfig(
-      vocab_size=b.vocab_size, hidden_size=b.hidden_size,
-      num_hidden_layers=b.num_layers, num_attention_heads=b.num_heads,
-      intermediate_size=b.intermediate_size, hidden_act="gelu",
-      hidden_dropout_prob=b.hidden_dropout,
-      attention_probs_dropout_prob=b.attention_dropout,
-      max_position_embeddings=b.max_position_embeddings,
-      type_vocab_size=b.type_vocab_size, layer_norm_eps=b.layer_norm_eps,
-      pad_token_id=pad_id, **extra)
+def hf_config(model: TrainedModel, pad_id: int):
+  """The transformers config of the export (the family's class)."""
+  config = exported(model)[1]
+  return families.family(config.model_type).hf_config(
+      config, model.kind == "cross", pad_id)
 
 
 def _write_json(value, directory: str, *parts: str) -> None:
@@ -158,10 +179,10 @@ def manifest(model: TrainedModel) -> dict:
          "aggregation": model.aggregation,
          "segments": model.config.segments.to_dict(),
          "origin": model.origin, "config": model.config.to_dict()}
+  out["encoder"] = {"model_type": model.bert.model_type,
+                    "head": model.bert.head}
   if model.kind == "bi":
     out.update(similarity=model.similarity, scale=model.scale)
-  else:
-    out["head_log2"] = HEAD_LOG2
   return out
 
 
@@ -209,31 +230,83 @@ def read_manifest(directory: str | os.PathLike) -> dict:
       value = json.load(f)
   except (OSError, ValueError) as e:
     raise InputError(f"cannot read: {e}", path) from None
-  if value.get("format") != FORMAT or value.get("kind") not in ("cross", "bi"):
+  if (value.get("format") not in (1, FORMAT)
+      or value.get("kind") not in ("cross", "bi")):
     raise InputError(f"unsupported export format {value.get('format')!r} "
                      f"(kind {value.get('kind')!r})", path)
   return value
 
 
+def serving_config(directory: str, max_len: int
+                   ) -> ml_collections.ConfigDict:
+  """The settings a transformers cross-encoder directory is served with
+  (no best_jax.json): rows of `max_len` tokens, documents' segments at the
+  segmenter's defaults, MaxP."""
+  return ml_collections.ConfigDict(dict(
+      seed=0,
+      ranker=dict(kind="cross", similarity="cosine", scale=20.0, tiny=False,
+                  checkpoint=directory, overrides={}),
+      segments=dataclasses.asdict(SegmenterConfig(max_len=max_len)),
+      mesh=dict(shape=(-1, 1), axis_names=("data", "model")),
+      logical_axis_rules=STANDARD_LOGICAL_AXIS_RULES,
+      optimizer=dict(learning_rate=1e-5, warmup_steps=0, total_steps=1,
+                     b1=0.9, b2=0.999, eps=1e-8, weight_decay=0.0,
+                     max_grad_norm=1.0),
+      train=dict(loss="pairwise_hinge", num_steps=1),
+      eval=dict(aggregation="max", rows_per_call=64)))
+
+
+def read_checkpoint(directory: str | os.PathLike) -> TrainedModel:
+  """A transformers `*ForSequenceClassification` directory (one label) of
+  a supported family, served as `serving_config` says."""
+  directory = os.fspath(directory)
+  hf, path = families.read_hf_config(directory)
+  if not families.is_classifier(hf, path):
+    raise InputError("neither a best_jax export (no best_jax.json) nor a "
+                     "*ForSequenceClassification (config.json's "
+                     "architectures)", directory)
+  module = load_ranker(directory, rngs=nnx.Rngs(0))
+  bert = module.config
+  max_len = min(512, bert.max_position_embeddings - bert.position_offset)
+  return TrainedModel(
+      name=os.path.basename(os.path.abspath(directory)), kind="cross",
+      bert=bert, params=jax.device_get(split_params(module)[1]),
+      config=serving_config(directory, max_len), tokenizer_dir=directory,
+      aggregation="max", origin={"checkpoint": os.path.abspath(directory)})
+
+
 def read_export(directory: str | os.PathLike) -> TrainedModel:
   """The model of an exported directory, read to the host; its parameters
-  equal the exported model's bit for bit."""
+  equal the exported model's bit for bit. A directory without best_jax.json
+  is read as a transformers checkpoint (`read_checkpoint`)."""
   directory = os.fspath(directory)
+  if not os.path.isdir(directory):
+    raise InputError("not a checkpoint directory (no such directory)",
+                     directory)
+  if (not os.path.isfile(os.path.join(directory, MANIFEST))
+      and os.path.isfile(os.path.join(directory, "config.json"))):
+    return read_checkpoint(directory)
   info = read_manifest(directory)
   config = ml_collections.ConfigDict(info["config"])
   overrides = {k: v for k, v in (config.ranker.get("overrides") or {}).items()
                if k in NOT_IN_HF_CONFIG}
+  bert = BertConfig.from_checkpoint(directory, **overrides)
   if info["kind"] == "bi":
     module = load_bi_encoder(directory, similarity=info["similarity"],
                              scale=info["scale"], **overrides)
   else:
     module = load_ranker(directory, rngs=nnx.Rngs(0), **overrides)
-    kernel = module.head.kernel
-    kernel.set_value(kernel.get_value() * 2.0 ** -info["head_log2"])
+  trained = info.get("encoder", {})  # Format 1: as the directory says.
+  bert = dataclasses.replace(bert, **trained)
+  if info["kind"] == "cross" and bert.head == "linear":
+    arrays = gelu_as_linear({path: np.asarray(variable.get_value())
+                             for path, variable
+                             in nnx.to_flat_state(nnx.state(module))})
+    module = assign(nnx.eval_shape(
+        lambda: CrossEncoderRanker(bert, rngs=nnx.Rngs(0))), arrays, directory)
   params = jax.device_get(split_params(module)[1])
   return TrainedModel(
-      name=info["name"], kind=info["kind"],
-      bert=BertConfig.from_checkpoint(directory, **overrides), params=params,
+      name=info["name"], kind=info["kind"], bert=bert, params=params,
       config=config, tokenizer_dir=directory,
       aggregation=info["aggregation"],
       origin=dict(info["origin"], export=os.path.abspath(directory)))

@@ -49,7 +49,8 @@ class PairRows:
     pairs = list(texts)
     encoded = self.tokenizer([texts[p][0] for p in pairs],
                              [texts[p][1] for p in pairs], truncation=True,
-                             max_length=self.max_length)
+                             max_length=self.max_length,
+                             return_token_type_ids=True)
     self._encoded = {p: (encoded["input_ids"][i],
                          encoded["token_type_ids"][i])
                      for i, p in enumerate(pairs)}
