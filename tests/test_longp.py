@@ -2,8 +2,13 @@
 length, refused for a checkpoint of 512 positions or fewer."""
 
 import dataclasses
+import json
+import os
 
 import pytest
+
+from best_jax import cli
+from best_jax.data import trec
 
 from best_jax.errors import InputError
 from best_jax.experiment import longp
@@ -66,3 +71,34 @@ def test_check_reads_the_rankers_positions():
     longp.check(config)
   config.ranker.overrides.max_position_embeddings = 1024
   longp.check(config)
+
+
+def test_longp_trains_beside_firstp(tmp_path, monkeypatch):
+  """`train` with FirstP and LongP: LongP reads the documents' first 1,024
+  tokens (a tiny model with 1,024 positions), gets its stage, dev score,
+  test run and a Table 1 row."""
+  made = []
+  long_inputs = longp.long_inputs
+  monkeypatch.setattr(longp, "long_inputs",
+                      lambda *a: made.append(long_inputs(*a)) or made[-1])
+  workdir = str(tmp_path / "w")
+  argv = ["train", "--config", "configs/tiny_cpu.py", "--workdir", workdir,
+          "--config.regimes=['firstp','longp']",
+          "--config.birch.enabled=False",
+          "--config.ranker.overrides.max_position_embeddings=1024",
+          "--config.train.num_steps=4", "--config.train.eval_every=2",
+          "--config.train.patience=0", "--config.data.num_queries=32",
+          "--config.data.num_docs=24"]
+  assert cli.main(argv) == 0
+  (inputs,) = made
+  assert inputs.segmenter.config.max_len == 1024
+  lengths = [int(inputs.eval_segments[d].lengths_s[0])
+             for d in list(inputs.documents)[:8]]
+  assert max(lengths) > 48  # past FirstP's rows (segments.max_len = 48)
+  with open(os.path.join(workdir, "metrics.json")) as f:
+    metrics = json.load(f)
+  assert {"FirstP", "LongP"} <= set(metrics["dev_mrr"])
+  assert len(trec.read_run(os.path.join(workdir, "runs", "longp.run"))) == 8
+  assert "| LongP |" in open(os.path.join(workdir, "results.md")).read()
+  log = open(os.path.join(workdir, "log.txt")).read()
+  assert "longp: " in log

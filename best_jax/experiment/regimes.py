@@ -24,6 +24,7 @@ Segment choice per regime (SPEC §1-2):
   bi-encoder has selected one of all of them instead); later iterations see
   the segment selected among all of them by the frozen previous model
   (Eq.2).
+- `longp`: FirstP at the checkpoint's full length (`experiment.longp`).
 - `qds`: no segment at all: the QDS-Transformer reads the whole document in
   one sparse-attention row (`experiment/qds.py`).
 
@@ -43,9 +44,9 @@ import numpy as np
 from best_jax.data.files import atomic_write
 from best_jax.data.trec import Qrels, Run, ranked
 
-REGIMES = ("firstp", "maxp", "maxp_all", "goldp", "best", "qds")
+REGIMES = ("firstp", "maxp", "maxp_all", "goldp", "best", "qds", "longp")
 # Regimes whose trained model is the FirstP model (MaxP differs at inference).
-TRAINS_LIKE_FIRSTP = ("firstp", "maxp")
+TRAINS_LIKE_FIRSTP = ("firstp", "maxp", "longp")
 
 
 @dataclasses.dataclass(frozen=True)

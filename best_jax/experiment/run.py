@@ -35,6 +35,7 @@ from best_jax.experiment import checks
 from best_jax.experiment import datasets
 from best_jax.experiment import evaluation
 from best_jax.experiment import fusion
+from best_jax.experiment import longp
 from best_jax.experiment import plans
 from best_jax.experiment import regimes
 from best_jax.experiment.birch import birch_runs
@@ -98,6 +99,15 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str
       keep("FirstP", stage, "first")
     if "maxp" in wanted:
       keep("MaxP", stage, agg)
+  if "longp" in wanted:  # FirstP's rows at the checkpoint's full length.
+    long_config = longp.long_config(config, longp.positions(family.encoder))
+    long_inputs = longp.long_inputs(inputs, long_config)
+    long_family = build_ranker(long_config, long_inputs, mesh)
+    stage = stages.train(plans.segment_plan(
+        "longp", "longp", long_config, long_inputs, long_family,
+        evaluator(("first",), long_family)), like)
+    histories["LongP"] = stage.history
+    keep("LongP", stage, "first", long_family)
   if "maxp_all" in wanted:
     stage = stages.train(plans.segment_plan(
         "maxp_all", "maxp_all", config, inputs, family, evaluator((agg,))),
