@@ -38,6 +38,7 @@ from best_jax.errors import InputError
 from best_jax.models.attention import (attention, attention_plan,
                                        blocked_attention)
 from best_jax.models.dropout import dropout
+from best_jax.models.families import Family
 from best_jax.models.unpadding import TokenBudget, Unpadding
 from best_jax.models.weights import read_tensors
 
@@ -53,7 +54,7 @@ ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
 }
 POOLINGS = ("cls", "mean")
 GLOBAL, LOCAL = "full_attention", "sliding_attention"
-# sentence-transformers' / transformers' guards of an empty mean.
+# An empty row's mean pools to 0, not NaN (transformers divides by 0).
 _MIN_TOKENS = 1e-9
 
 
@@ -128,6 +129,12 @@ class ModernBertConfig:
   def head_dim(self) -> int:
     return self.hidden_size // self.num_heads
 
+  @property
+  def hidden_dropout(self) -> float:
+    """`BertConfig`'s name for the dropout of hidden states: here the
+    embeddings' and the feed-forward's (`from_hf` sets both from it)."""
+    return max(self.embedding_dropout, self.mlp_dropout)
+
   @classmethod
   def tiny(cls, **overrides: Any) -> ModernBertConfig:
     """A tiny random configuration for tests: hidden 32, 4 layers (global,
@@ -141,7 +148,12 @@ class ModernBertConfig:
   @classmethod
   def from_hf(cls, hf: dict[str, Any], source: str | None = None,
               **overrides: Any) -> ModernBertConfig:
-    """From a transformers `config.json` dict (v4 or v5 rope fields)."""
+    """From a transformers `config.json` dict (v4 or v5 rope fields); an
+    override `hidden_dropout` sets `embedding_dropout` and `mlp_dropout`."""
+    if "hidden_dropout" in overrides:
+      rate = overrides.pop("hidden_dropout")
+      overrides = dict(dict(embedding_dropout=rate, mlp_dropout=rate),
+                       **overrides)
     if hf.get("model_type") != "modernbert":
       raise InputError(f"model_type {hf.get('model_type')!r} is not "
                        "'modernbert'", source)
@@ -175,6 +187,10 @@ class ModernBertConfig:
                          "(only 'default')", source)
       if "rope_theta" in rope:
         values[field] = rope["rope_theta"]
+    unknown = sorted(set(overrides) - {f.name for f in dataclasses.fields(cls)})
+    if unknown:
+      raise InputError(f"{', '.join(unknown)}: not a ModernBERT config field",
+                       source)
     try:
       return cls(**dict(values, **overrides))
     except InputError as e:
@@ -769,3 +785,13 @@ def save(model: ModernBertRanker | ModernBertEncoder,
   save_file(tensors_from_arrays(arrays, model.config, ranker=ranker),
             os.path.join(directory, "model.safetensors"),
             metadata={"format": "pt"})
+
+
+FAMILY = Family(
+    model_type="modernbert", read_config=read_config,
+    encoder=lambda config, rngs: ModernBertEncoder(config, rngs=rngs),
+    encoder_tensors=encoder_tensors, head_tensors=head_tensors,
+    prefix=PREFIX, hf_config=hf_config,
+    # A ModernBertForMaskedLM's head and decoder (a *Model's start).
+    unused=r"^(head\.(dense|norm)\.(weight|bias)|decoder\.(weight|bias))$",
+    head=lambda config, rngs: ClassificationHead(config, rngs=rngs))
