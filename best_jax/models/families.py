@@ -73,12 +73,13 @@ class Family:
 
 def _families() -> dict[str, Family]:
   # pylint: disable=import-outside-toplevel
-  from best_jax.models import bert_family, electra, roberta
+  from best_jax.models import bert_family, electra, modernbert, roberta
   return {
       "bert": bert_family.FAMILY,
       "electra": electra.FAMILY,
       "roberta": roberta.ROBERTA,
       "xlm-roberta": roberta.XLM_ROBERTA,
+      "modernbert": modernbert.FAMILY,
   }
 
 
