@@ -102,3 +102,13 @@ def test_longp_trains_beside_firstp(tmp_path, monkeypatch):
   assert "| LongP |" in open(os.path.join(workdir, "results.md")).read()
   log = open(os.path.join(workdir, "log.txt")).read()
   assert "longp: " in log
+
+
+def test_train_refuses_longp_for_a_short_model_before_writing(tmp_path,
+                                                              capsys):
+  workdir = tmp_path / "w"
+  assert cli.main(["train", "--config", "configs/tiny_cpu.py", "--workdir",
+                   str(workdir), "--config.regimes=['firstp','longp']"]) == 2
+  err = capsys.readouterr().err.strip()
+  assert err.count("\n") == 0 and "this checkpoint has 64 positions" in err
+  assert not workdir.exists()

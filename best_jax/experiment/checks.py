@@ -17,6 +17,7 @@ import ml_collections
 
 from best_jax.errors import InputError
 from best_jax.segments.config import SegmenterConfig
+from best_jax.experiment import longp
 from best_jax.experiment.datasets import SOURCES
 from best_jax.experiment.regimes import REGIMES
 from best_jax.models import pretrained
@@ -51,7 +52,7 @@ _NOT_MODEL = ("train.log_every", "train.checkpoint_every", "train.max_to_keep",
 # Config sections that only one regime reads (`segments.k_train`: BeST's
 # joint step).
 _REGIME_SECTIONS = {"goldp": ("goldp.",), "best": ("best.", "segments.k_train"),
-                    "qds": ("qds.",)}
+                    "qds": ("qds.",), "longp": ("longp.",)}
 
 # Regimes that pick among a document's training segments: these stopped at
 # `k_train` until the change that added this key; now they cover the span
@@ -167,6 +168,8 @@ def check_config(config: ml_collections.ConfigDict) -> jax.sharding.Mesh:
   for regime in config.regimes:
     _require(regime in REGIMES,
              f"config.regimes: unknown regime {regime!r}; one of {REGIMES}")
+  if "longp" in config.regimes:
+    longp.check(config)
   _require("qds" not in config.regimes or "qds" in config,
            "the qds regime needs a config.qds section (see "
            "configs/qds_squad_longdoc.py)")
