@@ -7,11 +7,11 @@ import collections
 import numpy as np
 import pytest
 
+from best_jax.config import load_config
 from best_jax.data import prepare
 from best_jax.experiment.examples import AllSegmentExamples, SegmentExamples
 from best_jax.experiment.inputs import build_inputs
 from best_jax.experiment.workdir import Workdir
-from configs import squad_longdoc
 
 
 @pytest.fixture(scope="module")
@@ -45,8 +45,8 @@ def test_goldp_lengths_match_and_every_row_is_scored_text(arg, squad_dir,
                                                           minilm_dir,
                                                           tmp_path):
   del minilm_dir  # the tokenizer
-  config = squad_longdoc.get_config(arg)
-  config.data.dir = squad_dir
+  config = load_config(f"configs/squad_longdoc.py:{arg}",
+                       [f"config.data.dir={squad_dir}"])
   inputs = build_inputs(config, Workdir(str(tmp_path)))
   family, groups = config.ranker.kind, [g for b in inputs.schedule for g in b]
   train, scored = inputs.train_segments, inputs.eval_segments
