@@ -38,7 +38,11 @@ reports the share of it each side reaches (matrix-product FLOPs counted
 analytically): how far above PyTorch the hardware lets best_jax go. With `--random-bert base` both sides load one
 random BERT-base checkpoint written for the run; `--dtype bfloat16` runs
 best_jax in bf16 activations (float32 parameters) and PyTorch under bf16
-autocast; `--torch-device cuda` puts the reference on a GPU. FLOPs per call
+autocast; `--torch-device cuda` puts the reference on a GPU. With
+`--family F` (bert, electra, roberta, xlm-roberta, modernbert) both sides
+score a random base-size *ForSequenceClassification of that family written
+for the run, the reference being transformers' own class (ModernBERT against
+transformers' ModernBERT), at L = 512, batch 8. FLOPs per call
 (`program_flops`) and, on a known chip, MFU are reported (XLA
 counts a while loop's body once, so on a one-device CPU, where attention runs
 blocked in a loop, the figure leaves most attention FLOPs out).
@@ -71,6 +75,21 @@ RANDOM_BERTS = {
                  intermediate_size=3072),
     "small": dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
                   intermediate_size=256),
+}
+
+
+# `--family F`: transformers' config fields of each encoder family's base
+# model (ModernBertConfig's defaults are ModernBERT-base's); random weights.
+_BASE = dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+             intermediate_size=3072)
+_ROBERTA = dict(_BASE, max_position_embeddings=514, type_vocab_size=1,
+                pad_token_id=1, bos_token_id=0, eos_token_id=2)
+FAMILY_BASES = {
+    "bert": _BASE,
+    "electra": dict(_BASE, embedding_size=768),
+    "roberta": dict(_ROBERTA, vocab_size=50265),
+    "xlm-roberta": dict(_ROBERTA, vocab_size=250002),
+    "modernbert": {},
 }
 
 
@@ -128,6 +147,38 @@ def write_random_bert(directory: str, size: str, seed: int = 0) -> str:
   transformers.BertModel(config, add_pooling_layer=False).save_pretrained(
       directory, safe_serialization=True)
   return directory
+
+
+def write_random_classifier(directory: str, family: str, seed: int = 0) -> str:
+  """A random base-size *ForSequenceClassification (one label) of `family`,
+  saved by transformers (config.json + model.safetensors)."""
+  import torch
+  import transformers
+  torch.manual_seed(seed)
+  config = transformers.AutoConfig.for_model(family, num_labels=1,
+                                             **FAMILY_BASES[family])
+  transformers.AutoModelForSequenceClassification.from_config(
+      config).save_pretrained(directory, safe_serialization=True)
+  return directory
+
+
+class TorchClassifier:
+  """transformers' own *ForSequenceClassification of a checkpoint (its SDPA
+  attention): the reference for `--family`, scoring only."""
+
+  def __init__(self, checkpoint: str, device: str):
+    import inspect
+    import torch
+    import transformers
+    self.torch = torch
+    self.device = device
+    self.encoder = transformers.AutoModelForSequenceClassification.from_pretrained(
+        checkpoint, attn_implementation="sdpa").to(device)
+    self.accepts = set(inspect.signature(self.encoder.forward).parameters)
+
+  def __call__(self, inputs: dict):
+    inputs = {k: v for k, v in inputs.items() if k in self.accepts}
+    return self.encoder(**inputs).logits[:, 0]
 
 
 class TorchRanker:
@@ -263,9 +314,11 @@ class Product:
     model = load_ranker(self.checkpoint, rngs=nnx.Rngs(config.seed),
                         dtype=getattr(jnp, dtype), **overrides)
     self.model_config = model.config
-    # Copied first: init_from_params donates the parameters.
-    self.head = (np.array(model.head.kernel.get_value()),
-                 np.array(model.head.bias.get_value()))
+    # Copied first: init_from_params donates the parameters. Only a linear
+    # head has a `TorchRanker` twin (`--family` compares whole classifiers).
+    self.head = ((np.array(model.head.kernel.get_value()),
+                  np.array(model.head.bias.get_value()))
+                 if hasattr(model.head, "kernel") else None)
     _, params = split_params(model)
     trainer_config = ml_collections.ConfigDict(config.to_dict())
     self.trainer = build_trainer(
@@ -307,6 +360,8 @@ def bench_scoring(product: Product, torch_ranker, lengths, batch, repeats,
   for length in lengths:
     inputs = random_inputs(batch, length, seed=length,
                            vocab=product.model_config.vocab_size)
+    if getattr(product.model_config, "type_vocab_size", 2) < 2:
+      inputs["token_type_ids"][:] = 0
     host = {"input_ids": inputs["input_ids"].astype(np.int32),
             "attention_mask": inputs["attention_mask"].astype(bool),
             "token_type_ids": inputs["token_type_ids"].astype(np.int32),
@@ -443,16 +498,27 @@ def main(argv=None) -> int:
   parser.add_argument("--random-bert", choices=sorted(RANDOM_BERTS),
                       help="both sides load one random checkpoint of this "
                       "shape instead")
+  parser.add_argument("--family", choices=sorted(FAMILY_BASES),
+                      help="score with a random base-size *ForSequence"
+                      "Classification of this family on both sides, "
+                      "transformers' own class as the reference (scoring "
+                      "only; default --lengths 512 --batch 8)")
   parser.add_argument("--dtype", default="float32",
                       choices=("float32", "bfloat16"))
   parser.add_argument("--torch-device", default="cpu")
-  parser.add_argument("--lengths", default="128,256,512")
-  parser.add_argument("--batch", type=int, default=32)
+  parser.add_argument("--lengths")
+  parser.add_argument("--batch", type=int)
   parser.add_argument("--pairs", type=int, default=16)
   parser.add_argument("--train-length", type=int, default=256)
   parser.add_argument("--repeats", type=int, default=5)
   parser.add_argument("--skip-training", action="store_true")
   args = parser.parse_args(argv)
+  if args.family and (args.random_bert or args.checkpoint):
+    parser.error("--family writes its own checkpoint: drop --checkpoint "
+                 "and --random-bert")
+  args.lengths = args.lengths or ("512" if args.family else "128,256,512")
+  args.batch = args.batch or (8 if args.family else 32)
+  args.skip_training = args.skip_training or bool(args.family)
 
   import jax
   import torch
@@ -467,18 +533,24 @@ def main(argv=None) -> int:
   checkpoint = args.checkpoint
   if args.random_bert:
     checkpoint = write_random_bert(scratch.name, args.random_bert)
+  if args.family:
+    checkpoint = write_random_classifier(scratch.name, args.family)
   product = Product(args.config, checkpoint, args.dtype)
   c = product.model_config
-  dropout = {"hidden_dropout_prob": c.hidden_dropout,
-             "attention_probs_dropout_prob": c.attention_dropout}
-  torch_ranker = TorchRanker(product.checkpoint, *product.head,
-                             args.torch_device, dropout)
+  if args.family:
+    torch_ranker = TorchClassifier(product.checkpoint, args.torch_device)
+  else:
+    dropout = {"hidden_dropout_prob": c.hidden_dropout,
+               "attention_probs_dropout_prob": c.attention_dropout}
+    torch_ranker = TorchRanker(product.checkpoint, *product.head,
+                               args.torch_device, dropout)
   lengths = [int(x) for x in args.lengths.split(",")]
   print(machine.summary_line(machine.describe()), flush=True)
   load_before = machine.load_average()
   cpu_before, wall_before = machine.cpu_seconds(), time.perf_counter()
   peak = None
-  if args.dtype == "float32" and args.torch_device == "cpu":
+  if (args.dtype == "float32" and args.torch_device == "cpu"
+      and not args.family):  # `scoring_flops` counts BERT's layers
     peak = matmul_peak(args.batch * 128, c.hidden_size, c.intermediate_size)
     print("float32 matmul peak ({}x{}x{}): best_jax {:.0f} GFLOP/s, torch "
           "{:.0f} GFLOP/s".format(args.batch * 128, c.hidden_size,
@@ -508,8 +580,10 @@ def main(argv=None) -> int:
   report = {
       "benchmark": "score_vs_torch",
       "config": args.config,
-      "checkpoint": args.random_bert and f"random BERT-{args.random_bert}"
-                    or product.checkpoint,
+      "checkpoint": (args.family and f"random {args.family} base classifier"
+                     or args.random_bert and f"random BERT-{args.random_bert}"
+                     or product.checkpoint),
+      "family": args.family,
       "product": product.describe(shapes),
       "dtype": args.dtype,
       "batch": args.batch, "pairs": args.pairs,
