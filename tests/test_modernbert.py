@@ -2,6 +2,7 @@
 head included, random), float32 within 1e-4; padded = unpadded; export
 loads in transformers in float32, float16 and bfloat16."""
 
+import json
 import os
 
 import jax.numpy as jnp
@@ -11,7 +12,8 @@ from flax import nnx
 from safetensors.numpy import save_file
 
 from best_jax.errors import InputError
-from best_jax.models import modernbert
+from best_jax.models import (CrossEncoderRanker, load_encoder, load_ranker,
+                             modernbert, weights)
 from best_jax.models.modernbert import ModernBertConfig
 from best_jax.models.unpadding import TokenBudget
 
@@ -85,6 +87,32 @@ def _torch_logits(model, ids, mask):
                  ).logits.float().numpy()[:, 0]
 
 
+def _ranker(directory, **overrides):
+  """best_jax's ranker of a checkpoint (`models.families` picks ModernBERT)."""
+  ranker = load_ranker(directory, rngs=nnx.Rngs(0), **overrides)
+  assert isinstance(ranker.head, modernbert.ClassificationHead)
+  return ranker
+
+
+def _score(ranker, ids, mask, **kwargs):
+  ids = jnp.asarray(ids)
+  return np.asarray(ranker(ids, jnp.asarray(mask), jnp.zeros_like(ids),
+                           **kwargs))
+
+
+def _export(model, directory, *, classifier=True):
+  """What `best_jax export` writes (`serve/hf.py`): the family's
+  transformers config and the model's tensors under transformers' names."""
+  arrays = {path: np.asarray(variable.get_value()) for path, variable
+            in nnx.to_flat_state(nnx.state(model, nnx.Param))}
+  config = model.config
+  modernbert.hf_config(config, classifier,
+                       config.pad_token_id).save_pretrained(str(directory))
+  save_file(weights.model_tensors(arrays, config, classifier=classifier),
+            os.path.join(directory, "model.safetensors"),
+            metadata={"format": "pt"})
+
+
 def test_config_sets_local_and_global_layers(classifier):
   config = ModernBertConfig.from_checkpoint(classifier[1])
   assert config.layer_types == ("full_attention", "sliding_attention") * 2
@@ -111,8 +139,8 @@ def test_scores_equal_transformers(classifier, attn):
         directory, attn_implementation=attn).eval()
   ids, mask = _pairs()
   expected = _torch_logits(model, ids, mask)
-  ranker = modernbert.load_ranker(directory)
-  scores = np.asarray(ranker(jnp.asarray(ids), jnp.asarray(mask)))
+  ranker = _ranker(directory)
+  scores = _score(ranker, ids, mask)
   assert np.abs(expected).max() > 0.5, "the head must matter"
   print(f"\n{ranker.config.classifier_pooling} pooling, {attn}: max "
         "|best_jax - transformers| "
@@ -126,10 +154,9 @@ def test_window_and_padding_matter(classifier):
   change nothing."""
   _, directory = classifier
   ids, mask = _pairs()
-  score = lambda ranker, x: np.asarray(ranker(jnp.asarray(x),  # pylint: disable=unnecessary-lambda-assignment
-                                              jnp.asarray(mask)))
-  ranker = modernbert.load_ranker(directory)
-  wide = modernbert.load_ranker(directory, local_attention=128)
+  score = lambda ranker, x: _score(ranker, x, mask)  # pylint: disable=unnecessary-lambda-assignment
+  ranker = _ranker(directory)
+  wide = _ranker(directory, local_attention=128)
   assert np.abs(score(wide, ids) - score(ranker, ids))[:3].min() > 1e-3
   np.testing.assert_allclose(score(ranker, np.where(mask, ids, 77)),
                              score(ranker, ids), atol=1e-6, rtol=0)
@@ -140,11 +167,10 @@ def test_window_and_padding_matter(classifier):
     TokenBudget(tokens=80, rows=(0, 2), units=2)])
 def test_unpadded_equals_padded(classifier, budget):
   _, directory = classifier
-  ranker = modernbert.load_ranker(directory)
+  ranker = _ranker(directory)
   ids, mask = _pairs()
-  padded = np.asarray(ranker(jnp.asarray(ids), jnp.asarray(mask)))
-  unpadded = np.asarray(ranker(jnp.asarray(ids), jnp.asarray(mask),
-                               budget=budget))
+  padded = _score(ranker, ids, mask)
+  unpadded = _score(ranker, ids, mask, budget=budget)
   np.testing.assert_allclose(unpadded, padded, atol=1e-5, rtol=0)
 
 
@@ -152,21 +178,20 @@ def test_unpadded_dropout_equals_padded(classifier):
   """Each token and attention score drops as in its padded row."""
   rates = dict(embedding_dropout=0.1, attention_dropout=0.1,
                mlp_dropout=0.1, classifier_dropout=0.1)
-  ranker = modernbert.load_ranker(classifier[1], **rates)
-  ids, mask = (jnp.asarray(x) for x in _pairs())
-  score = lambda budget: np.asarray(ranker(  # pylint: disable=unnecessary-lambda-assignment
-      ids, mask, rngs=nnx.Rngs(dropout=3), budget=budget))
+  ranker = _ranker(classifier[1], **rates)
+  ids, mask = _pairs()
+  score = lambda budget: _score(ranker, ids, mask, rngs=nnx.Rngs(dropout=3),  # pylint: disable=unnecessary-lambda-assignment
+                                budget=budget)
   padded = score(None)
-  assert np.abs(padded - np.asarray(ranker(ids, mask))).min() > 1e-4
+  assert np.abs(padded - _score(ranker, ids, mask)).min() > 1e-4
   np.testing.assert_allclose(score(TokenBudget(tokens=100, rows=(2, 2))),
                              padded, atol=1e-5, rtol=0)
 
 
 def test_unpadded_rows_that_do_not_fit_are_nan(classifier):
-  ranker = modernbert.load_ranker(classifier[1])
+  ranker = _ranker(classifier[1])
   ids, mask = _pairs()
-  scores = np.asarray(ranker(jnp.asarray(ids), jnp.asarray(mask),
-                             budget=TokenBudget(tokens=60, units=2)))
+  scores = _score(ranker, ids, mask, budget=TokenBudget(tokens=60, units=2))
   assert np.isnan(scores[:2]).all() and np.isfinite(scores[2:]).all()
 
 
@@ -178,11 +203,12 @@ def test_encoder_equals_transformers_model(tmp_path):
     expected = model(input_ids=torch.tensor(ids, dtype=torch.long),
                      attention_mask=torch.tensor(mask.astype(np.int64))
                      ).last_hidden_state.numpy()
-  encoder = modernbert.load_encoder(str(tmp_path))
+  encoder = load_encoder(str(tmp_path))
+  assert isinstance(encoder, modernbert.ModernBertEncoder)
   hidden = np.asarray(encoder(jnp.asarray(ids), jnp.asarray(mask)))
   np.testing.assert_allclose(hidden[mask], expected[mask], atol=1e-4, rtol=0)
   mean = (expected * mask[..., None]).sum(1) / mask.sum(1, keepdims=True)
-  encoder = modernbert.load_encoder(str(tmp_path), classifier_pooling="mean")
+  encoder = load_encoder(str(tmp_path), classifier_pooling="mean")
   padded = encoder(jnp.asarray(ids), jnp.asarray(mask), first_only=True)
   unpadded = encoder.first_unpadded(jnp.asarray(ids)[None],
                                     jnp.asarray(mask)[None], tokens=100,
@@ -193,8 +219,8 @@ def test_encoder_equals_transformers_model(tmp_path):
 
 def test_encoder_reads_a_classifiers_model_tensors(classifier):
   _, directory = classifier
-  encoder = modernbert.load_encoder(directory)
-  ranker = modernbert.load_ranker(directory)
+  encoder = load_encoder(directory)
+  ranker = _ranker(directory)
   ids, mask = _pairs()
   np.testing.assert_array_equal(
       np.asarray(encoder(jnp.asarray(ids), jnp.asarray(mask))),
@@ -211,10 +237,10 @@ HALF_ERROR = {"float16": 1e-2, "bfloat16": 3e-2}
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 def test_export_loads_in_transformers(classifier, tmp_path, dtype):
   _, directory = classifier
-  ranker = modernbert.load_ranker(directory)
-  modernbert.save(ranker, tmp_path)
+  ranker = _ranker(directory)
+  _export(ranker, tmp_path)
   ids, mask = _pairs(seed=2)
-  ours = np.asarray(ranker(jnp.asarray(ids), jnp.asarray(mask)))
+  ours = _score(ranker, ids, mask)
   load = lambda d: transformers.ModernBertForSequenceClassification.from_pretrained(  # pylint: disable=unnecessary-lambda-assignment
       d, dtype=getattr(torch, dtype), attn_implementation="sdpa").eval()
   theirs = _torch_logits(load(str(tmp_path)), ids, mask)
@@ -228,11 +254,11 @@ def test_export_loads_in_transformers(classifier, tmp_path, dtype):
 
 
 def test_export_round_trip_is_exact(classifier, tmp_path):
-  ranker = modernbert.load_ranker(classifier[1])
-  modernbert.save(ranker, tmp_path)
+  ranker = _ranker(classifier[1])
+  _export(ranker, tmp_path)
   assert ModernBertConfig.from_checkpoint(tmp_path) == ranker.config
-  tensors = modernbert.read_tensors(str(tmp_path))
-  original = modernbert.read_tensors(classifier[1])
+  tensors = weights.read_tensors(str(tmp_path))
+  original = weights.read_tensors(classifier[1])
   assert sorted(tensors) == sorted(original)
   for name, array in original.items():
     np.testing.assert_array_equal(tensors[name], array, err_msg=name)
@@ -241,8 +267,9 @@ def test_export_round_trip_is_exact(classifier, tmp_path):
 def test_encoder_export_loads_as_model(tmp_path):
   model = _torch_model(transformers.ModernBertModel, seed=3)
   model.save_pretrained(str(tmp_path / "in"))
-  modernbert.save(modernbert.load_encoder(str(tmp_path / "in")),
-                  tmp_path / "out")
+  (tmp_path / "out").mkdir()
+  _export(load_encoder(str(tmp_path / "in")), tmp_path / "out",
+          classifier=False)
   loaded = transformers.AutoModel.from_pretrained(str(tmp_path / "out"))
   assert type(loaded).__name__ == "ModernBertModel"
   for name, p in model.state_dict().items():
@@ -251,33 +278,38 @@ def test_encoder_export_loads_as_model(tmp_path):
 
 
 def _bad(tmp_path, classifier, edit):
-  """A copy of the classifier's checkpoint with its tensors edited."""
-  tensors = modernbert.read_tensors(classifier[1])
-  edit(tensors)
-  os.makedirs(tmp_path, exist_ok=True)
+  """A copy of the classifier's checkpoint, `edit(tensors, config)`ed."""
+  tensors = weights.read_tensors(classifier[1])
   with open(os.path.join(classifier[1], "config.json"), encoding="utf-8") as f:
-    (tmp_path / "config.json").write_text(f.read())
+    config = json.load(f)
+  edit(tensors, config)
+  (tmp_path / "config.json").write_text(json.dumps(config))
   save_file(tensors, str(tmp_path / "model.safetensors"))
   return str(tmp_path)
 
 
+def _two_labels(tensors, config):
+  tensors.update({"classifier.weight": np.zeros((2, 32), np.float32),
+                  "classifier.bias": np.zeros(2, np.float32)})
+  config["id2label"] = {"0": "LABEL_0", "1": "LABEL_1"}
+
+
 @pytest.mark.parametrize("edit, message", [
-    (lambda t: t.pop("model.layers.1.attn.Wo.weight"),
-     "missing 1 tensors: model.layers.1.attn.Wo.weight"),
-    (lambda t: t.update({"extra.weight": np.zeros(2, np.float32)}),
+    (lambda t, c: t.pop("model.layers.1.attn.Wo.weight"),
+     "missing 1 tensors: layers.1.attn.Wo.weight"),
+    (lambda t, c: t.update({"extra.weight": np.zeros(2, np.float32)}),
      "unexpected 1 tensors: extra.weight"),
-    (lambda t: t.update({"model.layers.0.attn.Wqkv.weight": np.zeros(
+    (lambda t, c: t.update({"model.layers.0.attn.Wqkv.weight": np.zeros(
         (32, 96), np.float32)}),
-     "tensor layers.0.attn.Wqkv.weight has shape (32, 96), the "
-     "config.json's model has (96, 32)"),
-    (lambda t: t.update({"classifier.weight": np.zeros((2, 32), np.float32),
-                         "classifier.bias": np.zeros(2, np.float32)}),
-     "num_labels = 2; a ranker needs num_labels = 1"),
+     "tensor layers.0.attn.Wqkv.weight has shape (32, 96)"),
+    (_two_labels, "a sequence classifier with 2 labels"),
+    (lambda t, c: c.update(classifier_pooling="max"),
+     "classifier_pooling 'max' is not one of cls, mean"),
 ])
 def test_bad_checkpoints_are_one_line_errors(tmp_path, classifier, edit,
                                              message):
   with pytest.raises(InputError) as error:
-    modernbert.load_ranker(_bad(tmp_path, classifier, edit))
+    _ranker(_bad(tmp_path, classifier, edit))
   assert message in str(error.value)
   assert "\n" not in str(error.value)
 
@@ -333,7 +365,7 @@ def test_sharded_training_equals_one_device(budget):
     mesh = sharding.make_mesh(shape, ("data", "model"),
                               jax.devices()[:shape[0] * shape[1]])
     trainer = trainer_lib.build_trainer(
-        lambda rngs: modernbert.ModernBertRanker(model, rngs=rngs), config,
+        lambda rngs: CrossEncoderRanker(model, rngs=rngs), config,
         mesh)
     state = trainer.init(0)
     initial = jax.device_get(jax.tree.leaves(state.params))

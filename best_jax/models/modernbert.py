@@ -32,15 +32,13 @@ import jax.numpy as jnp
 import numpy as np
 import transformers
 from flax import nnx
-from safetensors.numpy import save_file
 
 from best_jax.errors import InputError
 from best_jax.models.attention import (attention, attention_plan,
                                        blocked_attention)
 from best_jax.models.dropout import dropout
 from best_jax.models.families import Family
-from best_jax.models.unpadding import TokenBudget, Unpadding
-from best_jax.models.weights import read_tensors
+from best_jax.models.unpadding import Unpadding
 
 ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
     "gelu": functools.partial(jax.nn.gelu, approximate=False),
@@ -548,32 +546,6 @@ class ClassificationHead(nnx.Module):
                                    rngs))
 
 
-class ModernBertRanker(nnx.Module):
-  """`ModernBertForSequenceClassification` with one label: scores rows of
-  any leading shape `[..., length]`."""
-
-  def __init__(self, config: ModernBertConfig, *, rngs: nnx.Rngs):
-    self.config = config
-    self.encoder = ModernBertEncoder(config, rngs=rngs)
-    self.head = ClassificationHead(config, rngs=rngs)
-
-  def __call__(self, input_ids: jax.Array, attention_mask: jax.Array,
-               token_type_ids: jax.Array | None = None, *,
-               rngs: nnx.Rngs | None = None,
-               budget: TokenBudget | None = None) -> jax.Array:
-    """float32 scores of shape `input_ids.shape[:-1]`; unpadded with a
-    `budget`. Token types are ignored."""
-    leading, length = input_ids.shape[:-1], input_ids.shape[-1]
-    ids, mask = (x.reshape(-1, length) for x in (input_ids, attention_mask))
-    if budget is None:
-      pooled_nd = self.encoder(ids, mask, rngs=rngs, first_only=True)
-    else:
-      pooled_nd = self.encoder.first_unpadded(
-          *(x.reshape(budget.units, -1, length) for x in (ids, mask)),
-          tokens=budget.tokens, rows=budget.rows, rngs=rngs)
-    return self.head(pooled_nd, rngs)[:, 0].reshape(leading)
-
-
 # --- Weights: transformers tensor names <-> NNX paths ------------------------
 
 Path = tuple[str | int, ...]
@@ -659,101 +631,6 @@ def head_tensors(config: ModernBertConfig) -> Tensors:
       ("classifier", ("head", "classifier"), "linear", (d,), (1,), True)])
 
 
-def tensor_names(config: ModernBertConfig, *, ranker: bool) -> Tensors:
-  """All tensors of `ModernBertForSequenceClassification` (`ranker`: the
-  encoder's under `model.`, paths in the ranker) or of `ModernBertModel`."""
-  if not ranker:
-    return encoder_tensors(config)
-  names = {PREFIX + name: (("encoder",) + path, *convert)
-           for name, (path, *convert) in encoder_tensors(config).items()}
-  return dict(names, **head_tensors(config))
-
-
-def _listed(names: list[str]) -> str:
-  return ", ".join(names[:6]) + (" ..." if len(names) > 6 else "")
-
-
-def arrays_from_tensors(tensors: dict[str, np.ndarray],
-                        config: ModernBertConfig, *, ranker: bool,
-                        source: str | None = None) -> dict[Path, np.ndarray]:
-  """`{NNX path: array}` of a ranker (from a sequence classifier) or of an
-  encoder (from a `ModernBertModel`, or any ModernBERT's `model.*`).
-
-  Raises:
-    InputError: one line naming missing, unexpected or mis-shaped tensors,
-      or a classifier's num_labels other than 1.
-  """
-  if not ranker:
-    encoder = {name.removeprefix(PREFIX): array
-               for name, array in tensors.items() if name.startswith(PREFIX)}
-    tensors = encoder or tensors
-  weight = tensors.get("classifier.weight")
-  if ranker and weight is not None and weight.shape[0] != 1:
-    raise InputError(f"the classifier has num_labels = {weight.shape[0]}; a "
-                     "ranker needs num_labels = 1", source)
-  expected = tensor_names(config, ranker=ranker)
-  missing = sorted(set(expected) - set(tensors))
-  unexpected = sorted(set(tensors) - set(expected))
-  problems = [f"{what} {len(names)} tensors: {_listed(names)}"
-              for what, names in (("missing", missing),
-                                  ("unexpected", unexpected)) if names]
-  if problems:
-    kind = ("ModernBertForSequenceClassification" if ranker
-            else "ModernBertModel")
-    raise InputError(f"checkpoint does not match a {kind} of its "
-                     f"config.json ({'; '.join(problems)})", source)
-  try:
-    return {path: convert(np.asarray(tensors[name]))
-            for name, (path, convert, _) in expected.items()}
-  except InputError as e:
-    raise InputError(e.message, source) from None
-
-
-def tensors_from_arrays(arrays: dict[Path, Any], config: ModernBertConfig, *,
-                        ranker: bool) -> dict[str, np.ndarray]:
-  """The inverse of `arrays_from_tensors`: float32, contiguous tensors of a
-  `ModernBertForSequenceClassification` (`ranker`) or `ModernBertModel`."""
-  return {name: np.ascontiguousarray(invert(np.asarray(arrays[path])),
-                                     dtype=np.float32)
-          for name, (path, _, invert)
-          in tensor_names(config, ranker=ranker).items()}
-
-
-def _filled(abstract: nnx.Module, arrays: dict[Path, np.ndarray]
-            ) -> nnx.Module:
-  """An abstract (eval_shape) module with every parameter from `arrays`."""
-  graphdef, state = nnx.split(abstract)
-  flat = nnx.to_flat_state(state)
-  for path, variable in flat:
-    variable.set_value(jnp.asarray(arrays[path],
-                                   dtype=variable.get_value().dtype))
-  return nnx.merge(graphdef, nnx.from_flat_state(flat))
-
-
-def load_encoder(checkpoint_dir: str | os.PathLike,
-                 **overrides: Any) -> ModernBertEncoder:
-  """A `ModernBertEncoder` from a transformers ModernBERT directory (a
-  `ModernBertModel`, or any ModernBERT's `model.*` tensors)."""
-  source = os.fspath(checkpoint_dir)
-  config = ModernBertConfig.from_checkpoint(source, **overrides)
-  arrays = arrays_from_tensors(read_tensors(source), config, ranker=False,
-                               source=source)
-  return _filled(nnx.eval_shape(
-      lambda: ModernBertEncoder(config, rngs=nnx.Rngs(0))), arrays)
-
-
-def load_ranker(checkpoint_dir: str | os.PathLike,
-                **overrides: Any) -> ModernBertRanker:
-  """A `ModernBertRanker` from a transformers-saved
-  `ModernBertForSequenceClassification` directory with one label."""
-  source = os.fspath(checkpoint_dir)
-  config = ModernBertConfig.from_checkpoint(source, **overrides)
-  arrays = arrays_from_tensors(read_tensors(source), config, ranker=True,
-                               source=source)
-  return _filled(nnx.eval_shape(
-      lambda: ModernBertRanker(config, rngs=nnx.Rngs(0))), arrays)
-
-
 def read_config(hf: dict[str, Any], path: str, classifier: bool,
                 **overrides: Any) -> ModernBertConfig:
   """The family's config of a config.json (`models.families`)."""
@@ -770,21 +647,6 @@ def hf_config(config: ModernBertConfig, classifier: bool,
   return transformers.ModernBertConfig(
       architectures=[name], **dict(config.to_hf(), pad_token_id=pad_id),
       **(dict(num_labels=1) if classifier else {}))
-
-
-def save(model: ModernBertRanker | ModernBertEncoder,
-         directory: str | os.PathLike) -> None:
-  """Writes `config.json` and `model.safetensors` that transformers loads as
-  `ModernBertForSequenceClassification` (a ranker) or `ModernBertModel`."""
-  ranker = isinstance(model, ModernBertRanker)
-  arrays = {path: variable.get_value() for path, variable
-            in nnx.to_flat_state(nnx.state(model, nnx.Param))}
-  directory = os.fspath(directory)
-  hf_config(model.config, ranker, model.config.pad_token_id).save_pretrained(
-      directory)
-  save_file(tensors_from_arrays(arrays, model.config, ranker=ranker),
-            os.path.join(directory, "model.safetensors"),
-            metadata={"format": "pt"})
 
 
 FAMILY = Family(
