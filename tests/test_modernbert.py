@@ -14,6 +14,7 @@ from safetensors.numpy import save_file
 from best_jax.errors import InputError
 from best_jax.models import (CrossEncoderRanker, load_encoder, load_ranker,
                              modernbert, weights)
+from best_jax.models.bi_encoder import load_bi_encoder
 from best_jax.models.modernbert import ModernBertConfig
 from best_jax.models.unpadding import TokenBudget
 
@@ -215,6 +216,23 @@ def test_encoder_equals_transformers_model(tmp_path):
                                     rows=(2, 2))
   for pooled in (padded, unpadded):
     np.testing.assert_allclose(np.asarray(pooled), mean, atol=1e-4, rtol=0)
+
+
+def test_bi_encoder_embeds_as_transformers_model(tmp_path):
+  """A `ModernBertModel` as best_jax's bi-encoder: the mean of transformers'
+  last hidden states over the mask."""
+  model = _torch_model(transformers.ModernBertModel, seed=4)
+  model.save_pretrained(str(tmp_path))
+  ids, mask = _pairs(seed=4)
+  with torch.no_grad():
+    hidden = model(input_ids=torch.tensor(ids, dtype=torch.long),
+                   attention_mask=torch.tensor(mask.astype(np.int64))
+                   ).last_hidden_state.numpy()
+  mean = (hidden * mask[..., None]).sum(1) / mask.sum(1, keepdims=True)
+  bi = load_bi_encoder(str(tmp_path), similarity="dot")
+  assert isinstance(bi.encoder, modernbert.ModernBertEncoder)
+  embedded = np.asarray(bi.embed(jnp.asarray(ids), jnp.asarray(mask)))
+  np.testing.assert_allclose(embedded, mean, atol=1e-4, rtol=0)
 
 
 def test_encoder_reads_a_classifiers_model_tensors(classifier):

@@ -29,7 +29,7 @@ import numpy as np
 from flax import nnx
 
 from best_jax.errors import InputError
-from best_jax.models.bert import BertEncoder
+from best_jax.models import families
 from best_jax.models.bert_config import BertConfig
 from best_jax.models.weights import load_encoder
 from best_jax.segments.packing import SpecialTokens
@@ -72,7 +72,7 @@ class BiEncoderRanker(nnx.Module):
     self.config = config
     self.similarity = similarity
     self.scale = float(scale)
-    self.encoder = BertEncoder(config, rngs=rngs)
+    self.encoder = families.family(config.model_type).encoder(config, rngs)
 
   def embed(self, input_ids: jax.Array, attention_mask: jax.Array,
             token_type_ids: jax.Array | None = None, *,
