@@ -43,6 +43,8 @@ def tokenizer(model_type: str):
         special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
     names = dict(cls_token="[CLS]", sep_token="[SEP]", pad_token="[PAD]",
                  unk_token="[UNK]", mask_token="[MASK]")
+    names["model_input_names"] = ["input_ids", "token_type_ids",
+                                  "attention_mask"]
   return transformers.PreTrainedTokenizerFast(tokenizer_object=backend,
                                               **names)
 

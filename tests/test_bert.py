@@ -13,6 +13,7 @@ from best_jax.errors import InputError
 from best_jax.train import token_budget
 from best_jax.models import (BertConfig, BertEncoder, CrossEncoderRanker,
                              load_encoder, load_ranker)
+import family_checkpoints as fc
 from reference_bert import (TINY_HF_CONFIG, bert_forward, random_hf_tensors,
                             write_checkpoint)
 
@@ -94,17 +95,19 @@ def test_dropout_only_with_rngs(attention_block):
       np.asarray(no_dropout(ids, mask, types)), atol=1e-5)
 
 
+@pytest.mark.parametrize("family", fc.TINY_OVERRIDES)
 @pytest.mark.parametrize("dropout", [None, 3])
 @pytest.mark.parametrize("rows", [(), (0, 0, 0, 1, 0, 1, 0, 2)])
-def test_unpadded_encoding_equals_the_padded_one(dropout, rows):
+def test_unpadded_encoding_equals_the_padded_one(dropout, rows, family):
   """`first_unpadded` of rows `[U, n, L]` (dense layers on a stream of each
   unit's real tokens; attention on every row at L, or on length groups:
   rows 12 and 7 at 12, 3 at 9 and the empty one at 6 in the first unit)
   gives the padded encoder's [CLS] states, with the same dropout draws when
   training; an empty row stays finite, and a unit whose tokens do not fit
   the stream, or whose rows do not fit the groups, is NaN, never silently
-  truncated."""
-  encoder = BertEncoder(BertConfig.tiny(), rngs=nnx.Rngs(0))
+  truncated. The same for each family's encoder (`family_checkpoints`)."""
+  encoder = BertEncoder(BertConfig.tiny(**fc.TINY_OVERRIDES[family]),
+                        rngs=nnx.Rngs(0))
   lengths = np.asarray([12, 7, 3, 0, 9, 12, 5, 1])
   mask = np.arange(12) < lengths[:, None]
   ids = np.random.default_rng(1).integers(1, 128, (8, 12)) * mask

@@ -237,8 +237,19 @@ def test_exports_equal_live_transformers(cross_export, bi_export, loaded):
     logits = [float(model(**tokenizer(q, t, truncation=True,
                                       return_tensors="pt")).logits[0, 0])
               for q, t in PAIRS]
-  np.testing.assert_allclose(loaded(cross_export).score_pairs(PAIRS),
-                             logits, atol=1e-4, rtol=0)
+  ours = loaded(cross_export).score_pairs(PAIRS)
+  np.testing.assert_allclose(ours, logits, atol=1e-4, rtol=0)
+  # Half precision: no tensor is rescaled, so float16 stays within 1e-2 of
+  # the logits' scale (bfloat16, 8 significant bits, within 5e-2).
+  for dtype, bound in ((torch.float16, 1e-2), (torch.bfloat16, 5e-2)):
+    model = transformers.AutoModelForSequenceClassification.from_pretrained(
+        cross_export, dtype=dtype).eval()
+    with torch.no_grad():
+      half = np.asarray([float(model(**tokenizer(
+          q, t, truncation=True, return_tensors="pt")).logits[0, 0])
+                         for q, t in PAIRS])
+    assert np.abs(half - ours).max() <= bound * np.abs(ours).max(), (
+        dtype, half, ours)
   st = pytest.importorskip("sentence_transformers")
   model = st.SentenceTransformer(bi_export, device="cpu")
   similarities = []

@@ -125,10 +125,9 @@ class Embeddings(nnx.Module):
     position)."""
     config = self.config
     length = input_ids_bl.shape[-1] if length is None else length
-    positions = config.max_position_embeddings - config.position_offset
-    if length > positions:
+    if length > config.positions:
       raise InputError(f"sequence length {length} exceeds the model's "
-                       f"{positions} positions")
+                       f"{config.positions} positions")
     dtype = config.dtype
     if config.type_vocab_size == 1:
       token_type_ids_bl = jnp.zeros_like(token_type_ids_bl)

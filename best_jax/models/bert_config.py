@@ -58,6 +58,11 @@ class BertConfig:
                        f"num_heads {self.num_heads}")
 
   @property
+  def positions(self) -> int:
+    """The longest row: the position table's rows from `position_offset`."""
+    return self.max_position_embeddings - self.position_offset
+
+  @property
   def embedding_width(self) -> int:
     """The width of the embedding tables (`hidden_size` unless projected)."""
     return self.embedding_size or self.hidden_size

@@ -83,13 +83,17 @@ def _families() -> dict[str, Family]:
   }
 
 
+def model_types() -> tuple[str, ...]:
+  """The supported `model_type`s, sorted."""
+  return tuple(sorted(_families()))
+
+
 def family(model_type: str, source: str | None = None) -> Family:
   """The family of `model_type`; an InputError naming the supported ones."""
-  families = _families()
-  if model_type not in families:
+  if model_type not in _families():
     raise InputError(f"model_type {model_type!r} is not supported (one of "
-                     f"{', '.join(sorted(families))})", source)
-  return families[model_type]
+                     f"{', '.join(model_types())})", source)
+  return _families()[model_type]
 
 
 def read_hf_config(checkpoint_dir: str | os.PathLike) -> tuple[dict, str]:

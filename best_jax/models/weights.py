@@ -132,7 +132,13 @@ def checkpoint_arrays(tensors: dict[str, np.ndarray], config: BertConfig,
   encoder_names = family.encoder_tensors(config)
   for name, (path, convert, _) in expected.items():
     target = encoder if name in encoder_names else head_arrays
-    target[path] = convert(np.asarray(by_name[name]))
+    array = np.asarray(by_name[name])
+    try:
+      target[path] = convert(array)
+    except ValueError:  # a reshape of the wrong size
+      raise InputError(f"tensor {name} has shape {array.shape} in the "
+                       f"checkpoint, which config.json's sizes do not give",
+                       source) from None
   return encoder, head_arrays
 
 

@@ -141,7 +141,7 @@ def _copy_tokenizer(model: TrainedModel, directory: str) -> int:
   path = os.path.join(directory, "tokenizer_config.json")
   with open(path, encoding="utf-8") as f:
     settings = json.load(f)
-  settings["model_max_length"] = model.bert.max_position_embeddings
+  settings["model_max_length"] = model.bert.positions
   _write_json(settings, directory, "tokenizer_config.json")
   return int(model.tokenizer().pad_token_id)
 
@@ -240,13 +240,16 @@ def read_manifest(directory: str | os.PathLike) -> dict:
 def serving_config(directory: str, max_len: int
                    ) -> ml_collections.ConfigDict:
   """The settings a transformers cross-encoder directory is served with
-  (no best_jax.json): rows of `max_len` tokens, documents' segments at the
-  segmenter's defaults, MaxP."""
+  (no best_jax.json): rows of `max_len` tokens, queries and titles of at
+  most an eighth of them (32 at 256 and more), MaxP."""
+  part = min(32, max_len // 8)
+  segments = SegmenterConfig(max_len=max_len, max_query_len=part,
+                             max_title_len=part, min_len=part)
   return ml_collections.ConfigDict(dict(
       seed=0,
       ranker=dict(kind="cross", similarity="cosine", scale=20.0, tiny=False,
                   checkpoint=directory, overrides={}),
-      segments=dataclasses.asdict(SegmenterConfig(max_len=max_len)),
+      segments=dataclasses.asdict(segments),
       mesh=dict(shape=(-1, 1), axis_names=("data", "model")),
       logical_axis_rules=STANDARD_LOGICAL_AXIS_RULES,
       optimizer=dict(learning_rate=1e-5, warmup_steps=0, total_steps=1,
@@ -267,7 +270,7 @@ def read_checkpoint(directory: str | os.PathLike) -> TrainedModel:
                      "architectures)", directory)
   module = load_ranker(directory, rngs=nnx.Rngs(0))
   bert = module.config
-  max_len = min(512, bert.max_position_embeddings - bert.position_offset)
+  max_len = min(512, bert.positions)
   return TrainedModel(
       name=os.path.basename(os.path.abspath(directory)), kind="cross",
       bert=bert, params=jax.device_get(split_params(module)[1]),

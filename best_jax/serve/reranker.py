@@ -122,7 +122,7 @@ class Reranker:
     # Whole pairs: up to the model's positions (cross) or, as
     # sentence-transformers' max_seq_length, the training rows' length (bi).
     self.max_length = (model.segments.text_row_len if bi else min(
-        model.bert.max_position_embeddings, self.tokenizer.model_max_length))
+        model.bert.positions, self.tokenizer.model_max_length))
     self._pairs = (TextRows if bi else PairRows)(self.tokenizer,
                                                  self.max_length)
     self._pair_scorer = scorer(

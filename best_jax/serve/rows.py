@@ -49,10 +49,11 @@ class PairRows:
     pairs = list(texts)
     encoded = self.tokenizer([texts[p][0] for p in pairs],
                              [texts[p][1] for p in pairs], truncation=True,
-                             max_length=self.max_length,
-                             return_token_type_ids=True)
-    self._encoded = {p: (encoded["input_ids"][i],
-                         encoded["token_type_ids"][i])
+                             max_length=self.max_length)
+    # Token types as the tokenizer gives them (RoBERTa's give none: 0).
+    types = encoded.get("token_type_ids") or [
+        [0] * len(ids) for ids in encoded["input_ids"]]
+    self._encoded = {p: (encoded["input_ids"][i], types[i])
                      for i, p in enumerate(pairs)}
 
   def prepare(self, docids: Sequence[str]) -> None:
