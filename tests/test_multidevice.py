@@ -10,6 +10,7 @@ from best_jax.models.unpadding import TokenBudget
 from best_jax.train import sharding
 from best_jax.train import token_budget
 from best_jax.train import trainer as trainer_lib
+import family_checkpoints as fc
 from fakes import synthetic_batch, tiny_config
 
 MESHES = {"1x1": (1, 1), "8x1": (8, 1), "4x2": (4, 2)}
@@ -96,17 +97,22 @@ def test_init_from_given_params_places_them_sharded(results):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("shape", [(8, 1), (4, 2)])
-def test_unpadded_training_on_shards_equals_padded_on_one_device(shape):
+@pytest.mark.parametrize("shape,family", [
+    ((8, 1), "bert"), ((4, 2), "bert"), ((8, 1), "electra"),
+    ((8, 1), "roberta")])
+def test_unpadded_training_on_shards_equals_padded_on_one_device(shape,
+                                                                 family):
   """Each data shard's micro-batch is one unpadded stream (units = data
   shards): with dropout off, the same update as padded rows on 1 device;
   the budget every unit fits (tokens, rows per attention length group) is
-  read from the devices' shards."""
+  read from the devices' shards. For each family's encoder and head
+  (`family_checkpoints`)."""
   config = tiny_config()
   config.train.accumulation_steps = 2
   config.train.fixed_order_reduction = False
   model_config = BertConfig.tiny(num_layers=1, hidden_dropout=0.0,
-                                 attention_dropout=0.0)
+                                 attention_dropout=0.0,
+                                 **fc.TINY_OVERRIDES[family])
   batch = synthetic_batch(0, batch_size=16, group_size=2, length=16,
                           vocab_size=128)
   lengths = np.random.default_rng(0).integers(3, 17, (16, 2))
