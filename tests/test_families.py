@@ -257,3 +257,37 @@ def test_train_from_each_family_then_export_loads_in_transformers(
       bound = 1e-2 if dtype == torch.float16 else 5e-2
       assert np.abs(logits - ours).max() <= bound * np.abs(ours).max(), (
           dtype, logits, ours)
+
+
+@pytest.mark.slow
+def test_bi_encoder_trains_from_a_roberta_model(tmp_path, checkpoint):
+  """`ranker.kind=bi` from a `RobertaModel`: FirstP and BeST (θ0 the
+  pretrained model) train and rank; the export is a sentence-transformers
+  RobertaModel whose embeddings transformers computes as best_jax does."""
+  from best_jax import cli  # pylint: disable=import-outside-toplevel
+  directory, _ = checkpoint("roberta", classifier=False)
+  workdir, out = str(tmp_path / "w"), str(tmp_path / "export")
+  assert cli.main(["train", "--config", "configs/tiny_cpu.py", "--workdir",
+                   workdir, f"--config.ranker.checkpoint={directory}",
+                   "--config.ranker.kind=bi", "--config.best.theta0=pretrained",
+                   "--config.train.in_batch_negatives=True",
+                   "--config.train.fixed_order_reduction=False",
+                   "--config.train.loss=softmax_cross_entropy"]
+                  + [a for a in TRAIN if "regimes" not in a]
+                  + ["--config.regimes=['firstp','best']"]) == 0
+  assert cli.main(["export", "--workdir", workdir, "--model", "best-1",
+                   "--out", out]) == 0
+  model = transformers.AutoModel.from_pretrained(out).eval()
+  assert type(model).__name__ == "RobertaModel"
+  bi = load_bi_encoder(out, similarity="dot")
+  tokenizer = transformers.AutoTokenizer.from_pretrained(out)
+  encoded = tokenizer([t for _, t in PAIRS], padding=True, truncation=True,
+                      max_length=64, return_tensors="np")
+  rows = {k: np.asarray(v) for k, v in encoded.items()}
+  with torch.no_grad():
+    hidden = model(**fc.torch_inputs(rows, "roberta")).last_hidden_state
+  expected = np.asarray(mean_pool(jnp.asarray(hidden.numpy()),
+                                  jnp.asarray(rows["attention_mask"])))
+  got = np.asarray(bi.embed(jnp.asarray(rows["input_ids"]),
+                            jnp.asarray(rows["attention_mask"])))
+  np.testing.assert_allclose(got, expected, atol=1e-4, rtol=0)
