@@ -394,3 +394,57 @@ def test_sharded_training_equals_one_device(budget):
     assert max(np.abs(a - b).max() for a, b in zip(initial, params[-1])) > 0
   for one, sharded in zip(*params):
     np.testing.assert_allclose(sharded, one, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_train_every_regime_then_export_loads_in_transformers(tmp_path):
+  """FirstP, MaxP, GoldP, BeST (joint step) and LongP train from a tiny
+  ModernBERT classifier (1,024 positions); the export is a
+  `ModernBertForSequenceClassification` whose logits transformers computes
+  as best_jax does in float32, and close in float16 and bfloat16."""
+  from best_jax import cli  # pylint: disable=import-outside-toplevel
+  from best_jax.serve.reranker import Reranker  # pylint: disable=import-outside-toplevel
+  import family_checkpoints as fc  # pylint: disable=import-outside-toplevel
+  tokenizer = fc.tokenizer("bert")
+  model = _torch_model(
+      transformers.ModernBertForSequenceClassification, seed=5,
+      **dict(classifier_pooling="mean", vocab_size=len(tokenizer),
+             max_position_embeddings=1024, pad_token_id=0, cls_token_id=2,
+             bos_token_id=2, sep_token_id=3, eos_token_id=3))
+  directory, workdir = str(tmp_path / "ckpt"), str(tmp_path / "w")
+  model.save_pretrained(directory)
+  tokenizer.save_pretrained(directory)
+  assert cli.main([
+      "train", "--config", "configs/tiny_cpu.py", "--workdir", workdir,
+      f"--config.ranker.checkpoint={directory}",
+      "--config.ranker.tiny=False", "--config.ranker.overrides={}",
+      "--config.regimes=['firstp','maxp','goldp','best','longp']",
+      "--config.best.max_iterations=1", "--config.birch.enabled=False",
+      "--config.train.num_steps=2", "--config.train.eval_every=2",
+      "--config.train.patience=0", "--config.data.num_queries=16",
+      "--config.data.num_docs=12", "--config.eval.depth=5"]) == 0
+  with open(os.path.join(workdir, "metrics.json"), encoding="utf-8") as f:
+    assert {"FirstP", "MaxP", "GoldP", "BeST-1", "LongP"} <= set(
+        json.load(f)["dev_mrr"])
+  out = str(tmp_path / "export")
+  assert cli.main(["export", "--workdir", workdir, "--model", "best-1",
+                   "--out", out]) == 0
+  pairs = [("apple river", "The apple river of the stone."),
+           ("music garden window", "Window forest engine. Music is the "
+            "garden, the violin of a pirate?")]
+  ours = Reranker.load(out).score_pairs(pairs)
+  rows = transformers.AutoTokenizer.from_pretrained(out)(
+      [q for q, _ in pairs], [t for _, t in pairs], padding=True,
+      return_tensors="pt")
+  for dtype in ("float32", "float16", "bfloat16"):
+    loaded = transformers.AutoModelForSequenceClassification.from_pretrained(
+        out, dtype=getattr(torch, dtype)).eval()
+    assert type(loaded).__name__ == "ModernBertForSequenceClassification"
+    with torch.no_grad():
+      logits = loaded(input_ids=rows["input_ids"],
+                      attention_mask=rows["attention_mask"]
+                      ).logits[:, 0].float().numpy()
+    assert np.isfinite(logits).all(), dtype
+    bound = 1e-4 if dtype == "float32" else HALF_ERROR[dtype] * np.abs(
+        ours).max()
+    assert np.abs(logits - ours).max() <= bound, (dtype, logits, ours)

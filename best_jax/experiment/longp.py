@@ -45,18 +45,11 @@ def row_length(config: ml_collections.ConfigDict, positions: int) -> int:
   return wanted
 
 
-def positions(model_config) -> int:
-  """The positions a row may fill (RoBERTa's first `position_offset` are
-  never a token's)."""
-  return (model_config.max_position_embeddings
-          - getattr(model_config, "position_offset", 0))
-
-
 def check(config: ml_collections.ConfigDict) -> None:
   """`row_length`'s InputError, from `config.ranker`'s checkpoint (or tiny
   model) alone: before anything is trained or written."""
-  row_length(config, positions(pretrained.bert_config(
-      "config", config.ranker, "float32", "float32")))
+  row_length(config, pretrained.bert_config(
+      "config", config.ranker, "float32", "float32").positions)
 
 
 def long_config(config: ml_collections.ConfigDict,

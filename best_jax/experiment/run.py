@@ -100,7 +100,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str
     if "maxp" in wanted:
       keep("MaxP", stage, agg)
   if "longp" in wanted:  # FirstP's rows at the checkpoint's full length.
-    long_config = longp.long_config(config, longp.positions(family.encoder))
+    long_config = longp.long_config(config, family.encoder.positions)
     long_inputs = longp.long_inputs(inputs, long_config)
     long_family = build_ranker(long_config, long_inputs, mesh)
     stage = stages.train(plans.segment_plan(

@@ -128,6 +128,12 @@ class ModernBertConfig:
     return self.hidden_size // self.num_heads
 
   @property
+  def positions(self) -> int:
+    """The longest row (`BertConfig.positions`): rotary positions need no
+    table, but the checkpoint was trained up to this many."""
+    return self.max_position_embeddings
+
+  @property
   def hidden_dropout(self) -> float:
     """`BertConfig`'s name for the dropout of hidden states: here the
     embeddings' and the feed-forward's (`from_hf` sets both from it)."""
