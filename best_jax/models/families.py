@@ -47,7 +47,7 @@ class Family:
     read_config: (config.json's values, its path, whether the checkpoint is
       a *ForSequenceClassification, overrides) → the encoder config (a
       frozen dataclass with at least `model_type`, `head`, `hidden_size`,
-      `max_position_embeddings` and the `BertConfig` numerics fields
+      `positions` (the longest row) and the `BertConfig` numerics fields
       `dtype`, `param_dtype`).
     encoder: (config, rngs) → the encoder module (`BertEncoder`'s calls).
     encoder_tensors: see the module docstring.
