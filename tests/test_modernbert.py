@@ -342,6 +342,8 @@ def test_config_errors():
         rope_parameters={"full_attention": {"rope_type": "yarn"}}))
   with pytest.raises(InputError, match="classifier_pooling 'max'"):
     ModernBertConfig.tiny(classifier_pooling="max")
+  with pytest.raises(InputError, match="local_attention 1 must be at least"):
+    ModernBertConfig.tiny(local_attention=1)
 
 
 @pytest.mark.parametrize("length, window", [(40, 4), (37, 4), (13, 1),

@@ -112,6 +112,8 @@ class ModernBertConfig:
          f"{len(self.layer_types)} layer_types for {self.num_layers} layers"),
         (set(self.layer_types) <= {GLOBAL, LOCAL},
          f"layer_types must be {GLOBAL!r} or {LOCAL!r}"),
+        (self.local_attention >= 2,
+         f"local_attention {self.local_attention} must be at least 2"),
         (self.classifier_pooling in POOLINGS,
          f"classifier_pooling {self.classifier_pooling!r} is not one of "
          f"{', '.join(POOLINGS)}"),
