@@ -366,10 +366,14 @@ def test_banded_attention_equals_masked(length, window):
                              np.where(real, dense, 0), atol=1e-5, rtol=0)
 
 
-@pytest.mark.parametrize("budget", [None, TokenBudget(tokens=512)])
-def test_sharded_training_equals_one_device(budget):
-  """Two train steps (dropout on) on a 4x2 mesh equal one device's, padded
-  and unpadded (the trainer makes a unit of each data shard)."""
+# Each example's second row is short (<= 16 of 32 tokens): one data shard of
+# 8 holds one example, so one row per attention group of lengths 16 and 32.
+@pytest.mark.parametrize("shape, budget", [
+    ((4, 2), None), ((8, 1), TokenBudget(tokens=64, rows=(1, 1)))])
+def test_sharded_training_equals_one_device(shape, budget):
+  """Two train steps (dropout on) on 8 devices equal one device's padded
+  ones: padded on a 4x2 mesh, and unpadded on 8 data shards (one stream
+  each, attention on two length groups)."""
   import jax  # pylint: disable=import-outside-toplevel
   from best_jax.train import sharding  # pylint: disable=import-outside-toplevel
   from best_jax.train import trainer as trainer_lib  # pylint: disable=import-outside-toplevel
@@ -380,18 +384,19 @@ def test_sharded_training_equals_one_device(budget):
                                 mlp_dropout=0.1, classifier_pooling="mean")
   batches = [synthetic_batch(i, batch_size=8, group_size=2, length=32,
                              vocab_size=128) for i in range(2)]
+  for batch in batches:
+    batch["attention_mask"][:, 1, 12:] = False
+    batch["input_ids"] *= batch["attention_mask"]
   params = []
-  for shape in ((1, 1), (4, 2)):
-    mesh = sharding.make_mesh(shape, ("data", "model"),
-                              jax.devices()[:shape[0] * shape[1]])
+  for mesh_shape, step_budget in (((1, 1), None), (shape, budget)):
+    mesh = sharding.make_mesh(mesh_shape, ("data", "model"),
+                              jax.devices()[:mesh_shape[0] * mesh_shape[1]])
     trainer = trainer_lib.build_trainer(
-        lambda rngs: CrossEncoderRanker(model, rngs=rngs), config,
-        mesh)
+        lambda rngs: CrossEncoderRanker(model, rngs=rngs), config, mesh)
     state = trainer.init(0)
     initial = jax.device_get(jax.tree.leaves(state.params))
     for batch in batches:
-      state, _ = trainer.train_step(state, trainer.put(batch),
-                                    *([budget] if budget else []))
+      state, _ = trainer.train_step(state, trainer.put(batch), step_budget)
     params.append(jax.device_get(jax.tree.leaves(state.params)))
     assert max(np.abs(a - b).max() for a, b in zip(initial, params[-1])) > 0
   for one, sharded in zip(*params):
