@@ -455,3 +455,44 @@ def test_train_every_regime_then_export_loads_in_transformers(tmp_path):
     bound = 1e-4 if dtype == "float32" else HALF_ERROR[dtype] * np.abs(
         ours).max()
     assert np.abs(logits - ours).max() <= bound, (dtype, logits, ours)
+
+
+@pytest.mark.slow
+def test_bi_encoder_trains_from_a_model_then_exports_as_one(tmp_path):
+  """A `ModernBertModel` starts a bi-encoder (FirstP and BeST selected by
+  the pretrained model); its export is a `ModernBertModel` whose mean
+  hidden state is best_jax's embedding."""
+  from best_jax import cli  # pylint: disable=import-outside-toplevel
+  import family_checkpoints as fc  # pylint: disable=import-outside-toplevel
+  tokenizer = fc.tokenizer("bert")
+  model = _torch_model(
+      transformers.ModernBertModel, seed=7,
+      **dict(vocab_size=len(tokenizer), pad_token_id=0, cls_token_id=2,
+             bos_token_id=2, sep_token_id=3, eos_token_id=3))
+  directory, workdir = str(tmp_path / "ckpt"), str(tmp_path / "w")
+  model.save_pretrained(directory)
+  tokenizer.save_pretrained(directory)
+  assert cli.main([
+      "train", "--config", "configs/tiny_cpu.py", "--workdir", workdir,
+      f"--config.ranker.checkpoint={directory}", "--config.ranker.kind=bi",
+      "--config.ranker.tiny=False", "--config.ranker.overrides={}",
+      "--config.regimes=['firstp','best']", "--config.best.theta0=pretrained",
+      "--config.best.max_iterations=1", "--config.birch.enabled=False",
+      "--config.train.num_steps=2", "--config.train.eval_every=2",
+      "--config.train.patience=0", "--config.data.num_queries=16",
+      "--config.data.num_docs=12", "--config.eval.depth=5"]) == 0
+  out = str(tmp_path / "export")
+  assert cli.main(["export", "--workdir", workdir, "--model", "firstp",
+                   "--out", out]) == 0
+  loaded = transformers.AutoModel.from_pretrained(out).eval()
+  assert type(loaded).__name__ == "ModernBertModel"
+  ids, mask = _pairs(seed=7)
+  ids = np.where(mask, ids % len(tokenizer), 0)
+  with torch.no_grad():
+    hidden = loaded(input_ids=torch.tensor(ids, dtype=torch.long),
+                    attention_mask=torch.tensor(mask.astype(np.int64))
+                    ).last_hidden_state.numpy()
+  mean = (hidden * mask[..., None]).sum(1) / mask.sum(1, keepdims=True)
+  ours = load_bi_encoder(out, similarity="dot").embed(jnp.asarray(ids),
+                                                      jnp.asarray(mask))
+  np.testing.assert_allclose(np.asarray(ours), mean, atol=1e-4, rtol=0)

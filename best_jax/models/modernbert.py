@@ -468,17 +468,31 @@ def _pool_stream(x_utd, unpadding: Unpadding, mask_unl,
   return total[:, :rows] / jnp.maximum(count_un1, _MIN_TOKENS)
 
 
+class Embeddings(nnx.Module):
+  """Token embeddings, LayerNorm, dropout (paths as `bert.Embeddings`':
+  `word`, `norm`)."""
+
+  def __init__(self, config: ModernBertConfig, *, rngs: nnx.Rngs):
+    self.config = config
+    self.word = nnx.Embed(
+        config.vocab_size, config.hidden_size, dtype=config.dtype,
+        param_dtype=config.param_dtype,
+        embedding_init=nnx.initializers.truncated_normal(0.02),
+        embedding_metadata=_meta(("vocab", "embed")), rngs=rngs)
+    self.norm = _norm(config, rngs)
+
+  def __call__(self, ids_xt, rows: _Rows, rngs=None) -> jax.Array:
+    words_xtd = jnp.take(self.word.embedding.get_value(), ids_xt, axis=0)
+    return dropout(self.norm(words_xtd.astype(self.config.dtype)),
+                   self.config.embedding_dropout, rngs, rows.sites)
+
+
 class ModernBertEncoder(nnx.Module):
   """`ModernBertModel`: token ids → final-normed hidden states."""
 
   def __init__(self, config: ModernBertConfig, *, rngs: nnx.Rngs):
     self.config = config
-    self.embeddings = nnx.Embed(
-        config.vocab_size, config.hidden_size, dtype=config.dtype,
-        param_dtype=config.param_dtype,
-        embedding_init=nnx.initializers.truncated_normal(0.02),
-        embedding_metadata=_meta(("vocab", "embed")), rngs=rngs)
-    self.embedding_norm = _norm(config, rngs)
+    self.embeddings = Embeddings(config, rngs=rngs)
     self.layers = nnx.List([Layer(config, i, rngs=rngs)
                             for i in range(config.num_layers)])
     self.final_norm = _norm(config, rngs)
@@ -487,10 +501,7 @@ class ModernBertEncoder(nnx.Module):
     if length > self.config.max_position_embeddings:
       raise InputError(f"sequence length {length} exceeds the model's "
                        f"{self.config.max_position_embeddings} positions")
-    x_xtd = self.embedding_norm(jnp.take(self.embeddings.embedding.get_value(),
-                                         ids_xt, axis=0).astype(
-                                             self.config.dtype))
-    x_xtd = dropout(x_xtd, self.config.embedding_dropout, rngs, rows.sites)
+    x_xtd = self.embeddings(ids_xt, rows, rngs)
     for layer in self.layers:
       x_xtd = layer(x_xtd, rows, rngs)
     return self.final_norm(x_xtd)
@@ -607,9 +618,9 @@ def encoder_tensors(config: ModernBertConfig) -> Tensors:
   heads = (config.num_heads, config.head_dim)
   norm = lambda name, path: (name, path, "norm", (d,), None,  # pylint: disable=unnecessary-lambda-assignment
                              config.norm_bias)
-  layout = [("embeddings.tok_embeddings", ("embeddings",), "table",
+  layout = [("embeddings.tok_embeddings", ("embeddings", "word"), "table",
              (config.vocab_size, d), None, False),
-            norm("embeddings.norm", ("embedding_norm",))]
+            norm("embeddings.norm", ("embeddings", "norm"))]
   for i in range(config.num_layers):
     hf, layer = f"layers.{i}", ("layers", i)
     if i:
