@@ -496,3 +496,29 @@ def test_bi_encoder_trains_from_a_model_then_exports_as_one(tmp_path):
   ours = load_bi_encoder(out, similarity="dot").embed(jnp.asarray(ids),
                                                       jnp.asarray(mask))
   np.testing.assert_allclose(np.asarray(ours), mean, atol=1e-4, rtol=0)
+
+
+def test_pairs_scored_as_transformers_scores_the_tokenizers_pairs(tmp_path):
+  """A transformers ModernBERT classifier directory scores sentence pairs
+  as it is (`Reranker`: best_jax's tokenization and packing) with the logits
+  transformers gives the tokenizer's pairs (each within one row)."""
+  from best_jax.serve.reranker import Reranker  # pylint: disable=import-outside-toplevel
+  import family_checkpoints as fc  # pylint: disable=import-outside-toplevel
+  tokenizer = fc.tokenizer("bert")
+  model = _torch_model(
+      transformers.ModernBertForSequenceClassification, seed=6,
+      **dict(vocab_size=len(tokenizer), max_position_embeddings=1024,
+             pad_token_id=0, cls_token_id=2, bos_token_id=2, sep_token_id=3,
+             eos_token_id=3))
+  model.save_pretrained(str(tmp_path))
+  tokenizer.save_pretrained(str(tmp_path))
+  pairs = [("apple river", "The apple river of the stone."),
+           ("music garden window", "Window forest engine. Music is the "
+            "garden, the violin of a pirate?"), ("cloud", "cloud " * 300)]
+  ours = Reranker.load(str(tmp_path)).score_pairs(pairs)
+  rows = tokenizer([q for q, _ in pairs], [t for _, t in pairs],
+                   padding=True, return_tensors="pt")
+  theirs = _torch_logits(model, rows["input_ids"].numpy(),
+                         rows["attention_mask"].numpy().astype(bool))
+  assert np.ptp(theirs) > 0.1
+  np.testing.assert_allclose(ours, theirs, atol=1e-4, rtol=0)
