@@ -140,8 +140,9 @@ def test_a_model_checkpoint_starts_the_familys_head(checkpoint):
 # ------------------------------------------------------------ bad checkpoints
 
 def _broken(root, name, model_type="bert", edit_config=None,
-            edit_tensors=None):
-  """A saved tiny classifier with its config.json or tensors edited."""
+            edit_tensors=None, edit_dir=None):
+  """A saved tiny classifier with its config.json, tensors or files
+  (`edit_dir(directory)`) edited."""
   import json  # pylint: disable=import-outside-toplevel
   import os  # pylint: disable=import-outside-toplevel
   from safetensors.numpy import load_file, save_file  # pylint: disable=import-outside-toplevel
@@ -159,7 +160,33 @@ def _broken(root, name, model_type="bert", edit_config=None,
     tensors = load_file(weights)
     edit_tensors(tensors)
     save_file(tensors, weights, metadata={"format": "pt"})
+  if edit_dir:
+    edit_dir(directory)
   return directory
+
+
+def _no_tokenizer(directory):
+  """Leaves config.json and the weights: transformers would build a
+  tokenizer of the special tokens alone (every word [UNK])."""
+  import glob  # pylint: disable=import-outside-toplevel
+  import os  # pylint: disable=import-outside-toplevel
+  for path in (glob.glob(f"{directory}/tokenizer*")
+               + glob.glob(f"{directory}/special*")):
+    os.remove(path)
+
+
+def _larger_tokenizer(directory):
+  """A tokenizer with ids past the model's embeddings."""
+  tokenizer = fc.tokenizer("bert")
+  tokenizer.add_tokens(["zebra", "yak"])
+  tokenizer.save_pretrained(directory)
+
+
+def _no_sep_tokenizer(directory):
+  """A tokenizer without a separator token to build rows with."""
+  tokenizer = fc.tokenizer("bert")
+  tokenizer.sep_token = None
+  tokenizer.save_pretrained(directory)
 
 
 def _two_labels(config):
@@ -189,6 +216,13 @@ def test_bad_checkpoints_stop_with_one_line_before_anything_is_written(
                .update({"electra.encoder.layer.0.attention.self.query.weight":
                         np.zeros((32, 31), np.float32)})),
        "query.weight has shape (32, 31) in the checkpoint"),
+      (_broken(root, "notok", edit_dir=_no_tokenizer), "no tokenizer (none "
+       "of tokenizer.json"),
+      (_broken(root, "bigtok", edit_dir=_larger_tokenizer),
+       "tokens, more than the model's vocab_size="
+       f"{len(fc.WORDS) + 5}"),
+      (_broken(root, "nosep", edit_dir=_no_sep_tokenizer),
+       "the tokenizer has no sep token"),
   ]
   capsys.readouterr()  # saving the checkpoints' progress bars
   for directory, message in cases:

@@ -20,7 +20,7 @@ from best_jax.segments.config import SegmenterConfig
 from best_jax.experiment import longp
 from best_jax.experiment.datasets import SOURCES
 from best_jax.experiment.regimes import REGIMES
-from best_jax.models import pretrained
+from best_jax.models import families, pretrained
 from best_jax.models.qds import HEADS as QDS_HEADS
 from best_jax.models.sparse_attention import PATTERNS as QDS_PATTERNS
 from best_jax.models.weights import check_checkpoint
@@ -242,7 +242,9 @@ def _check_checkpoint(config: ml_collections.ConfigDict) -> None:
   random ranker reads only its tokenizer)."""
   r = config.ranker
   if not r.get("tiny"):
-    check_checkpoint(pretrained.checkpoint_dir(r.get("checkpoint")
-                                               or pretrained.MINILM),
-                     r.get("kind", "cross"),
-                     **dict(r.get("overrides", {}) or {}))
+    directory = pretrained.checkpoint_dir(r.get("checkpoint")
+                                          or pretrained.MINILM)
+    overrides = dict(r.get("overrides", {}) or {})
+    check_checkpoint(directory, r.get("kind", "cross"), **overrides)
+    pretrained.check_tokenizer(
+        directory, families.read_config(directory, **overrides).vocab_size)

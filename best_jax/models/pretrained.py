@@ -40,6 +40,37 @@ def load_tokenizer(name_or_path: str = MINILM):
                                        local_files_only=True)
 
 
+# The files one of transformers' tokenizers is read from; without any of
+# them AutoTokenizer builds a tokenizer of the special tokens alone, which
+# reads every word as the unknown token.
+TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json",
+                   "sentencepiece.bpe.model", "spiece.model",
+                   "tokenizer.model")
+
+
+def check_tokenizer(directory: str, vocab_size: int) -> None:
+  """Raises InputError unless `directory` holds a tokenizer whose ids the
+  model's `vocab_size` embeddings cover and which has the [CLS], [SEP] and
+  padding tokens that rows are built from."""
+  if not any(os.path.isfile(os.path.join(directory, name))
+             for name in TOKENIZER_FILES):
+    raise InputError("no tokenizer (none of " + ", ".join(TOKENIZER_FILES)
+                     + ")", directory)
+  try:
+    tokenizer = AutoTokenizer.from_pretrained(directory,
+                                              local_files_only=True)
+  except (OSError, ValueError, TypeError) as e:
+    raise InputError(f"the tokenizer does not load: {e}".splitlines()[0],
+                     directory) from None
+  if len(tokenizer) > vocab_size:
+    raise InputError(
+        f"the tokenizer has {len(tokenizer)} tokens, more than the model's "
+        f"vocab_size={vocab_size}", directory)
+  for role in ("cls", "sep", "pad"):
+    if getattr(tokenizer, f"{role}_token_id") is None:
+      raise InputError(f"the tokenizer has no {role} token", directory)
+
+
 def bert_config(name: str, ranker, dtype: str, param_dtype: str
                 ) -> BertConfig:
   """`base` (BERT-base), `tiny`, `config` (the `ranker` config's

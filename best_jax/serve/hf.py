@@ -43,7 +43,7 @@ from safetensors.numpy import save_file
 from best_jax import __version__
 from best_jax.errors import InputError
 from best_jax.models import (BertConfig, CrossEncoderRanker, families,
-                             load_ranker)
+                             load_ranker, pretrained)
 from best_jax.models.bi_encoder import load_bi_encoder
 from best_jax.models.weights import assign, model_tensors
 from best_jax.segments.config import SegmenterConfig
@@ -270,6 +270,7 @@ def read_checkpoint(directory: str | os.PathLike) -> TrainedModel:
                      "architectures)", directory)
   module = load_ranker(directory, rngs=nnx.Rngs(0))
   bert = module.config
+  pretrained.check_tokenizer(directory, bert.vocab_size)
   max_len = min(512, bert.positions)
   return TrainedModel(
       name=os.path.basename(os.path.abspath(directory)), kind="cross",
