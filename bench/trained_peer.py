@@ -44,8 +44,11 @@ import time
 import ml_collections
 import numpy as np
 import torch
-from sentence_transformers import InputExample, SentenceTransformer, losses
-from sentence_transformers.datasets import NoDuplicatesDataLoader
+from sentence_transformers import InputExample, SentenceTransformer
+from sentence_transformers.sentence_transformer.datasets import (
+    NoDuplicatesDataLoader)
+from sentence_transformers.sentence_transformer.losses import (
+    MultipleNegativesRankingLoss)
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -95,8 +98,8 @@ def fine_tune(pairs: list[tuple[str, str]], batch_size: int, seed: int
   loader = NoDuplicatesDataLoader(
       [InputExample(texts=list(p)) for p in pairs], batch_size=batch_size)
   steps = len(loader)
-  model.old_fit(train_objectives=[(loader, losses.MultipleNegativesRankingLoss(
-      model))], epochs=1, warmup_steps=int(WARMUP * steps),
+  model.old_fit(train_objectives=[(loader, MultipleNegativesRankingLoss(model))],
+                epochs=1, warmup_steps=int(WARMUP * steps),
                 show_progress_bar=False)
   return model
 
