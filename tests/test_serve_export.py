@@ -282,3 +282,38 @@ def test_export_replaces_a_previous_export(cross_workdir, tmp_path):
   _assert_bit_equal(hf.read_export(out).params,
                     jax.device_get(stage_params(cross_workdir, "best2",
                                                 "max")))
+
+
+def test_export_writes_a_tokenizer_read_from_slow_files_only(tmp_path):
+  """A RoBERTa checkpoint whose tokenizer is vocab.json and merges.txt (no
+  tokenizer.json): the export's tokenizer reads text as the source's does,
+  with the model's positions as its model_max_length."""
+  import types  # pylint: disable=import-outside-toplevel
+  from tokenizers import ByteLevelBPETokenizer  # pylint: disable=import-outside-toplevel
+  from transformers import RobertaTokenizer  # pylint: disable=import-outside-toplevel
+  from best_jax.models import BertConfig  # pylint: disable=import-outside-toplevel
+  source, out = tmp_path / "source", tmp_path / "out"
+  source.mkdir()
+  out.mkdir()
+  bpe = ByteLevelBPETokenizer()
+  bpe.train_from_iterator(["apple river stone music garden"] * 50,
+                          vocab_size=300, special_tokens=[
+                              "<s>", "<pad>", "</s>", "<unk>", "<mask>"])
+  bpe.save_model(str(source))
+  RobertaTokenizer(vocab_file=str(source / "vocab.json"),
+                   merges_file=str(source / "merges.txt")).save_pretrained(
+                       str(source))
+  if (source / "tokenizer.json").exists():
+    (source / "tokenizer.json").unlink()
+  model = types.SimpleNamespace(
+      bert=BertConfig.tiny(), tokenizer_dir=str(source), tokenizer=lambda: AutoTokenizer.from_pretrained(
+          str(source), local_files_only=True))
+  assert hf._write_tokenizer(model, str(out)) == 1  # <pad>
+  exported = AutoTokenizer.from_pretrained(str(out), local_files_only=True)
+  text = "apple river, music garden stone"
+  assert (exported(text)["input_ids"]
+          == model.tokenizer()(text)["input_ids"])
+  assert len(exported(text)["input_ids"]) < len(text) // 2  # merged BPE
+  assert exported.model_max_length == BertConfig.tiny().positions
+  for name in ("vocab.json", "merges.txt"):  # for the slow tokenizer
+    assert (out / name).is_file(), name

@@ -56,8 +56,6 @@ MANIFEST = "best_jax.json"
 FORMAT = 2
 # `BertConfig` fields that config.json does not hold (the rest it does).
 NOT_IN_HF_CONFIG = ("attention_block", "dtype", "param_dtype")
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json",
-                   "special_tokens_map.json", "vocab.txt", "added_tokens.json")
 
 
 def linear_as_gelu(arrays: dict[tuple, np.ndarray], config: BertConfig
@@ -128,22 +126,22 @@ def _write_json(value, directory: str, *parts: str) -> None:
     f.write("\n")
 
 
-def _copy_tokenizer(model: TrainedModel, directory: str) -> int:
-  """Copies the tokenizer files; its `model_max_length` becomes the
-  model's positions. Returns the pad id."""
-  copied = [name for name in TOKENIZER_FILES
-            if os.path.isfile(os.path.join(model.tokenizer_dir, name))]
-  if "tokenizer_config.json" not in copied:
-    raise InputError("no tokenizer_config.json", model.tokenizer_dir)
-  for name in copied:
-    shutil.copyfile(os.path.join(model.tokenizer_dir, name),
-                    os.path.join(directory, name))
-  path = os.path.join(directory, "tokenizer_config.json")
-  with open(path, encoding="utf-8") as f:
-    settings = json.load(f)
-  settings["model_max_length"] = model.bert.positions
-  _write_json(settings, directory, "tokenizer_config.json")
-  return int(model.tokenizer().pad_token_id)
+def _write_tokenizer(model: TrainedModel, directory: str) -> int:
+  """Saves the model's tokenizer as transformers does (whichever files it
+  was read from: tokenizer.json, vocab.txt, vocab.json and merges.txt, a
+  sentencepiece model); its `model_max_length` becomes the model's
+  positions. Returns the pad id."""
+  tokenizer = model.tokenizer()
+  tokenizer.model_max_length = model.bert.positions
+  tokenizer.save_pretrained(directory)
+  # transformers writes tokenizer.json alone for a fast tokenizer; the
+  # source's vocabulary files serve readers of the slow ones.
+  for name in pretrained.TOKENIZER_FILES + ("merges.txt",):
+    source = os.path.join(model.tokenizer_dir, name)
+    if (os.path.isfile(source)
+        and not os.path.exists(os.path.join(directory, name))):
+      shutil.copyfile(source, os.path.join(directory, name))
+  return int(tokenizer.pad_token_id)
 
 
 def _sentence_transformers_files(model: TrainedModel, directory: str) -> None:
@@ -198,7 +196,7 @@ def write_export(model: TrainedModel, out: str | os.PathLike) -> None:
   os.makedirs(parent, exist_ok=True)
   staging = tempfile.mkdtemp(dir=parent, prefix=f".{os.path.basename(out)}.")
   try:
-    pad_id = _copy_tokenizer(model, staging)
+    pad_id = _write_tokenizer(model, staging)
     hf_config(model, pad_id).save_pretrained(staging)
     weights = os.path.join(staging, "model.safetensors")
     save_file(hf_tensors(model), weights, metadata={"format": "pt"})
