@@ -245,6 +245,28 @@ def test_bad_checkpoints_stop_with_one_line_before_anything_is_written(
   assert "neither a best_jax export" in capsys.readouterr().err
 
 
+def test_qds_refuses_a_family_other_than_bert(tmp_path, checkpoint,
+                                              capsys):
+  """QDS copies an absolute BERT position table and marks sentences with
+  a reserved token: a RoBERTa checkpoint, or a BERT one whose tokenizer has
+  no [unused0], stops with one line before anything is written."""
+  from best_jax import cli  # pylint: disable=import-outside-toplevel
+  workdir = tmp_path / "w"
+  for model_type, message in (
+      ("roberta", "is a 'roberta' model"),
+      ("bert", "sentence-start token '[unused0]' is not in")):
+    directory, _ = checkpoint(model_type)
+    capsys.readouterr()
+    assert cli.main([
+        "train", "--config", "configs/tiny_cpu.py", "--workdir",
+        str(workdir), "--config.ranker.tiny=False",
+        "--config.ranker.overrides={}", "--config.regimes=['qds']",
+        f"--config.ranker.checkpoint={directory}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and message in err, err
+    assert not workdir.exists()
+
+
 # ------------------------------------------------------- train, then export
 
 TRAIN = ["--config.ranker.tiny=False", "--config.ranker.overrides={}",

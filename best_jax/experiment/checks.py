@@ -17,6 +17,7 @@ import ml_collections
 
 from best_jax.errors import InputError
 from best_jax.segments.config import SegmenterConfig
+from best_jax.segments.qds_inputs import SENTENCE_START, sentence_start_id
 from best_jax.experiment import longp
 from best_jax.experiment.datasets import SOURCES
 from best_jax.experiment.regimes import REGIMES
@@ -234,7 +235,25 @@ def check_config(config: ml_collections.ConfigDict) -> jax.sharding.Mesh:
            f"{t.batch_size // accumulation}) is not a multiple of the "
            f"{multiple} data-parallel devices of the mesh")
   _check_checkpoint(config)
+  if "qds" in config.regimes:
+    _check_qds(config)
   return mesh
+
+
+def _check_qds(config: ml_collections.ConfigDict) -> None:
+  """QDS extends a BERT checkpoint's absolute position table and marks
+  sentences with a reserved token of its tokenizer."""
+  r = config.ranker
+  checkpoint = r.get("checkpoint") or pretrained.MINILM
+  if not r.get("tiny"):
+    directory = pretrained.checkpoint_dir(checkpoint)
+    model_type = families.read_config(
+        directory, **dict(r.get("overrides", {}) or {})).model_type
+    _require(model_type == "bert",
+             f"the qds regime extends a BERT position table; {directory} "
+             f"is a {model_type!r} model (use a bert checkpoint)")
+  sentence_start_id(pretrained.load_tokenizer(checkpoint),
+                    config.qds.get("sentence_start", SENTENCE_START))
 
 
 def _check_checkpoint(config: ml_collections.ConfigDict) -> None:
