@@ -267,6 +267,31 @@ def test_qds_refuses_a_family_other_than_bert(tmp_path, checkpoint,
     assert not workdir.exists()
 
 
+def test_rows_longer_than_the_checkpoints_positions_stop_early(
+    tmp_path, checkpoint, capsys):
+  """segments.max_len (a cross-encoder's row) or the bi-encoder's segment
+  row beyond the checkpoint's 64 positions: one line before anything is
+  written, not a trace-time error after the workdir."""
+  from best_jax import cli  # pylint: disable=import-outside-toplevel
+  workdir = tmp_path / "w"
+  for kind, max_len, message in (
+      ("cross", 80, "config.segments.max_len = 80 tokens exceed the 64 "
+       "positions"),
+      ("bi", 80, "segment rows (config.segments.max_len - 1 - "
+       "max_query_len) = 71 tokens exceed the 64 positions")):
+    directory, _ = checkpoint("bert", classifier=kind == "cross")
+    capsys.readouterr()
+    assert cli.main([
+        "train", "--config", "configs/tiny_cpu.py", "--workdir",
+        str(workdir), "--config.ranker.tiny=False",
+        "--config.ranker.overrides={}", f"--config.ranker.kind={kind}",
+        f"--config.segments.max_len={max_len}",
+        f"--config.ranker.checkpoint={directory}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and message in err, err
+    assert not workdir.exists()
+
+
 # ------------------------------------------------------- train, then export
 
 TRAIN = ["--config.ranker.tiny=False", "--config.ranker.overrides={}",

@@ -264,6 +264,15 @@ def _check_checkpoint(config: ml_collections.ConfigDict) -> None:
     directory = pretrained.checkpoint_dir(r.get("checkpoint")
                                           or pretrained.MINILM)
     overrides = dict(r.get("overrides", {}) or {})
-    check_checkpoint(directory, r.get("kind", "cross"), **overrides)
-    pretrained.check_tokenizer(
-        directory, families.read_config(directory, **overrides).vocab_size)
+    kind = r.get("kind", "cross")
+    check_checkpoint(directory, kind, **overrides)
+    model = families.read_config(directory, **overrides)
+    pretrained.check_tokenizer(directory, model.vocab_size)
+    segments = SegmenterConfig(**config.segments.to_dict())
+    rows, name = ((segments.max_len, "config.segments.max_len")
+                  if kind == "cross" else
+                  (segments.text_row_len, "the bi-encoder's segment rows "
+                   "(config.segments.max_len - 1 - max_query_len)"))
+    _require(rows <= model.positions,
+             f"{name} = {rows} tokens exceed the {model.positions} "
+             f"positions of {directory}")
