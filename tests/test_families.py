@@ -216,6 +216,9 @@ def test_bad_checkpoints_stop_with_one_line_before_anything_is_written(
                .update({"electra.encoder.layer.0.attention.self.query.weight":
                         np.zeros((32, 31), np.float32)})),
        "query.weight has shape (32, 31) in the checkpoint"),
+      (_broken(root, "noarch", edit_config=lambda c: c.pop(
+          "architectures")), "config.json names no architectures but the "
+       "weights hold a classification head"),
       (_broken(root, "notok", edit_dir=_no_tokenizer), "no tokenizer (none "
        "of tokenizer.json"),
       (_broken(root, "bigtok", edit_dir=_larger_tokenizer),

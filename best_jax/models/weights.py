@@ -198,6 +198,25 @@ def assign(abstract: nnx.Module, arrays: dict[Path, np.ndarray],
   return nnx.merge(graphdef, nnx.from_flat_state(flat))
 
 
+def is_classifier(source: str | os.PathLike,
+                  tensors: dict[str, np.ndarray] | None = None) -> bool:
+  """`families.is_classifier`, refusing a config.json without
+  `architectures` whose weights hold a classification head (transformers
+  would load it as the classifier; a random head would replace it)."""
+  hf, path = families.read_hf_config(source)
+  if families.is_classifier(hf, path):
+    return True
+  if not hf.get("architectures") and any(
+      name.startswith("classifier.")
+      for name in (read_tensors(source) if tensors is None else tensors)):
+    raise InputError(
+        "config.json names no architectures but the weights hold a "
+        "classification head (classifier.*); add \"architectures\": "
+        "[\"...ForSequenceClassification\"] (num_labels 1) to read it",
+        path)
+  return False
+
+
 def check_checkpoint(checkpoint_dir: str | os.PathLike, kind: str,
                      **overrides) -> None:
   """Raises InputError unless the directory loads as a `kind` ("cross" or
@@ -205,9 +224,9 @@ def check_checkpoint(checkpoint_dir: str | os.PathLike, kind: str,
   placed on a device)."""
   source = os.fspath(checkpoint_dir)
   config = families.read_config(source, **overrides)
-  classifier = kind == "cross" and families.is_classifier(
-      *families.read_hf_config(source))
-  encoder, head = checkpoint_arrays(read_tensors(source), config, source,
+  tensors = read_tensors(source)
+  classifier = kind == "cross" and is_classifier(source, tensors)
+  encoder, head = checkpoint_arrays(tensors, config, source,
                                     head=classifier)
   family = families.family(config.model_type)
   _check_shapes(nnx.eval_shape(lambda: family.encoder(config, nnx.Rngs(0))),
@@ -244,8 +263,9 @@ def load_ranker(checkpoint_dir: str | os.PathLike, *, rngs: nnx.Rngs,
   """
   source = os.fspath(checkpoint_dir)
   config = families.read_config(source, dtype=dtype, **overrides)
-  classifier = families.is_classifier(*families.read_hf_config(source))
-  encoder, head = checkpoint_arrays(read_tensors(source), config, source,
+  tensors = read_tensors(source)
+  classifier = is_classifier(source, tensors)
+  encoder, head = checkpoint_arrays(tensors, config, source,
                                     head=classifier)
   arrays = {("encoder",) + path: array for path, array in encoder.items()}
   if not classifier:

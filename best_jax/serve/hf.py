@@ -45,7 +45,7 @@ from best_jax.errors import InputError
 from best_jax.models import (BertConfig, CrossEncoderRanker, families,
                              load_ranker, pretrained)
 from best_jax.models.bi_encoder import load_bi_encoder
-from best_jax.models.weights import assign, model_tensors
+from best_jax.models.weights import assign, is_classifier, model_tensors
 from best_jax.segments.config import SegmenterConfig
 from best_jax.serve.trained import TrainedModel
 from best_jax.train.sharding import STANDARD_LOGICAL_AXIS_RULES
@@ -261,8 +261,7 @@ def read_checkpoint(directory: str | os.PathLike) -> TrainedModel:
   """A transformers `*ForSequenceClassification` directory (one label) of
   a supported family, served as `serving_config` says."""
   directory = os.fspath(directory)
-  hf, path = families.read_hf_config(directory)
-  if not families.is_classifier(hf, path):
+  if not is_classifier(directory):
     raise InputError("neither a best_jax export (no best_jax.json) nor a "
                      "*ForSequenceClassification (config.json's "
                      "architectures)", directory)
