@@ -87,7 +87,8 @@ def test_model_names_map_to_stages():
               "best-0": ("best-0", "best1", "theta0"),
               "BeST-1": ("best-1", "best1", "max"),
               "best2": ("best-2", "best2", "max"),
-              "best": ("best-3", "best3", "max")}
+              "best": ("best-3", "best3", "max"),
+              "LongP": ("longp", "longp", "first")}
   for name, want in expected.items():
     assert stage_and_key(name, config, metrics) == want, name
   with pytest.raises(InputError, match="sparse attention"):
@@ -317,3 +318,32 @@ def test_export_writes_a_tokenizer_read_from_slow_files_only(tmp_path):
   assert exported.model_max_length == BertConfig.tiny().positions
   for name in ("vocab.json", "merges.txt"):  # for the slow tokenizer
     assert (out / name).is_file(), name
+
+
+def test_longp_exports_with_its_own_rows(tmp_path):
+  """A LongP model (stage `longp`, key `first`) reads and exports with
+  rows of `longp.max_len` tokens, one per document, FirstP's aggregation."""
+  from best_jax.train.checkpoint import save_params  # pylint: disable=import-outside-toplevel
+  from fake_workdir import random_params  # pylint: disable=import-outside-toplevel
+  root = tmp_path / "w"
+  (root / "stages").mkdir(parents=True)
+  config = tiny_config()
+  config.ranker.overrides.max_position_embeddings = 600  # > 512: longp
+  config.longp = {"max_len": 40}
+  with open(root / "config.json", "w") as f:
+    json.dump(config.to_dict(), f)
+  save_params(str(root / "stages" / "longp"),
+              {"first": random_params(config, 1)})
+  with open(root / "stages" / "longp.json", "w") as f:
+    json.dump({"keys": ["first"]}, f)
+  model = from_workdir(str(root), "longp")
+  assert (model.name, model.aggregation) == ("longp", "first")
+  assert (model.segments.max_len, model.segments.max_segments) == (40, 1)
+  _assert_bit_equal(model.params, jax.device_get(random_params(config, 1)))
+  out = str(tmp_path / "export")
+  assert cli.main(["export", "--workdir", str(root), "--model", "longp",
+                   "--out", out]) == 0
+  info = hf.read_manifest(out)
+  assert info["aggregation"] == "first"
+  assert info["segments"]["max_len"] == 40
+  assert hf.read_export(out).segments.max_segments == 1

@@ -33,6 +33,7 @@ from transformers import AutoTokenizer
 
 from best_jax.data.files import read_text
 from best_jax.errors import InputError
+from best_jax.experiment import longp
 from best_jax.models import BertConfig, CrossEncoderRanker
 from best_jax.models import pretrained
 from best_jax.models.bi_encoder import BiEncoderRanker
@@ -40,7 +41,8 @@ from best_jax.segments.config import SegmenterConfig
 from best_jax.train.checkpoint import load_params
 from best_jax.train.state import abstract_params
 
-MODEL_NAMES = ("firstp", "maxp", "maxp-all", "goldp", "best-N", "best")
+MODEL_NAMES = ("firstp", "maxp", "maxp-all", "goldp", "longp", "best-N",
+               "best")
 KINDS = ("cross", "bi")
 
 
@@ -132,7 +134,7 @@ def stage_and_key(name: str, config: ml_collections.ConfigDict,
         "which no standard Hugging Face model expresses")
   fixed = {"firstp": ("firstp", "first"), "maxp": ("firstp", agg),
            "maxp-all": ("maxp_all", agg), "goldp": ("goldp", agg),
-           "best-0": ("best1", "theta0")}
+           "longp": ("longp", "first"), "best-0": ("best1", "theta0")}
   if wanted in fixed:
     return (wanted, *fixed[wanted])
   match = re.fullmatch(r"best-(\d+)", wanted)
@@ -184,6 +186,8 @@ def from_workdir(workdir: str | os.PathLike, name: str) -> TrainedModel:
     raise InputError(f"stage {stage!r} has no parameters {key!r} (it has "
                      f"{', '.join(keys)})", os.fspath(record_path))
   bert = bert_config(config)
+  if stage == "longp":  # Its own rows: the first `longp.max_len` tokens.
+    config = longp.long_config(config, bert.positions)
   _, like = abstract_params(
       lambda rngs: make_model(kind, bert, config, rngs))
   device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
