@@ -137,6 +137,23 @@ def test_a_model_checkpoint_starts_the_familys_head(checkpoint):
                    "xlm-roberta": "tanh"}
 
 
+def test_heads_run_without_dropout_in_training():
+  """`models.ranker`: heads have no dropout (the encoder's only). With the
+  encoder's dropout off, a ModernBERT ranker whose config asks for
+  classifier_dropout scores the same with and without dropout rngs."""
+  from best_jax.models import CrossEncoderRanker  # pylint: disable=import-outside-toplevel
+  from best_jax.models.modernbert_config import ModernBertConfig  # pylint: disable=import-outside-toplevel
+  config = ModernBertConfig.tiny(classifier_dropout=0.5)
+  assert config.hidden_dropout == config.attention_dropout == 0.0
+  ranker = CrossEncoderRanker(config, rngs=nnx.Rngs(0))
+  ids = jnp.asarray(np.random.default_rng(0).integers(3, 128, (4, 16)))
+  ids = ids.at[:, 0].set(1)
+  mask, types = jnp.ones_like(ids, bool), jnp.zeros_like(ids)
+  np.testing.assert_array_equal(
+      np.asarray(ranker(ids, mask, types, rngs=nnx.Rngs(dropout=1))),
+      np.asarray(ranker(ids, mask, types)))
+
+
 # ------------------------------------------------------------ bad checkpoints
 
 def _broken(root, name, model_type="bert", edit_config=None,

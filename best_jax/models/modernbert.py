@@ -7,7 +7,8 @@ positions, global (rope θ `global_rope_theta`) or local (θ
 `local_rope_theta`, keys within `local_attention // 2` positions), and a
 GeGLU feed-forward (`act(input) · gate`); a final LayerNorm. The
 classification head pools `[CLS]` or the mean over the mask, then dense →
-act → LayerNorm → dropout → classifier. Biases and norm biases exist only
+act → LayerNorm → classifier (transformers drops before the classifier in
+training; best_jax's heads have no dropout). Biases and norm biases exist only
 where the config asks for them (none, by default).
 
 Rows run padded `[batch, length]` or unpadded (`models.unpadding`: the real
@@ -346,7 +347,10 @@ class ModernBertEncoder(nnx.Module):
 
 class ClassificationHead(nnx.Module):
   """transformers' head on the pooled vector, in float32:
-  classifier(dropout(norm(act(dense(pooled)))))."""
+  classifier(norm(act(dense(pooled)))). transformers drops the normed
+  vector at `classifier_dropout` in training; here the ranker calls every
+  head without `rngs`, so the head runs without dropout (`models.ranker`).
+  """
 
   def __init__(self, config: ModernBertConfig, *, rngs: nnx.Rngs):
     self.config = config
@@ -358,12 +362,11 @@ class ClassificationHead(nnx.Module):
     self.classifier = _linear(config.hidden_size, 1, ("embed", None), True,
                               config, rngs, dtype=f32)
 
-  def __call__(self, pooled_nd: jax.Array, rngs=None) -> jax.Array:
+  def __call__(self, pooled_nd: jax.Array) -> jax.Array:
     """Scores `[n, 1]`."""
     act = ACTIVATIONS[self.config.classifier_activation]
-    x_nd = self.norm(act(self.dense(pooled_nd.astype(jnp.float32))))
-    return self.classifier(dropout(x_nd, self.config.classifier_dropout,
-                                   rngs))
+    return self.classifier(self.norm(act(self.dense(
+        pooled_nd.astype(jnp.float32)))))
 
 
 # --- Weights: transformers tensor names <-> NNX paths ------------------------

@@ -10,8 +10,16 @@ template). The head is `config.head` (`HEADS`), float32:
   gelu    w · gelu(W h + c) + b  ELECTRA's classification head
 
 with `h` the first token's last hidden state, as transformers' sequence
-classifiers compute it (their dropout aside: the head has none). Kernels
-have logical axes ('embed', None).
+classifiers compute it in evaluation. Kernels have logical axes ('embed',
+None).
+
+Heads run without dropout, in training too (dropout is the encoder's
+only): transformers' classifiers drop the head's input in training (BERT
+the pooled vector at `hidden_dropout_prob`, ELECTRA and RoBERTa `h` and the
+dense layer's output at `classifier_dropout` or `hidden_dropout_prob`,
+ModernBERT the normed vector at `classifier_dropout`), so fine-tuning here
+differs from transformers' `Trainer` in that; scores (evaluation) are the
+same.
 """
 
 from __future__ import annotations
@@ -46,7 +54,8 @@ def _head_linear(config: BertConfig, out_features: int,
 
 class DenseHead(nnx.Module):
   """`out(activation(dense(h)))`: a pooler (or classification head's dense
-  layer) and the one-output classifier."""
+  layer) and the one-output classifier; no dropout (the module
+  docstring)."""
 
   def __init__(self, config: BertConfig, *, rngs: nnx.Rngs):
     self.activation = config.head
