@@ -287,6 +287,21 @@ def test_qds_refuses_a_family_other_than_bert(tmp_path, checkpoint,
     assert not workdir.exists()
 
 
+def test_an_unknown_override_stops_with_one_line(tmp_path, checkpoint,
+                                                 capsys):
+  from best_jax import cli  # pylint: disable=import-outside-toplevel
+  directory, _ = checkpoint("electra")
+  workdir = tmp_path / "w"
+  capsys.readouterr()
+  assert cli.main(["train", "--config", "configs/tiny_cpu.py", "--workdir",
+                   str(workdir), "--config.ranker.tiny=False",
+                   "--config.ranker.overrides={'nope': 1}",
+                   f"--config.ranker.checkpoint={directory}"]) == 2
+  err = capsys.readouterr().err.strip()
+  assert err.count("\n") == 0 and "nope: not a BERT config field" in err, err
+  assert not workdir.exists()
+
+
 def test_rows_longer_than_the_checkpoints_positions_stop_early(
     tmp_path, checkpoint, capsys):
   """segments.max_len (a cross-encoder's row) or the bi-encoder's segment

@@ -76,6 +76,9 @@ class BertConfig:
     """A tiny random configuration for tests (vocab 128, hidden 32)."""
     values = dict(vocab_size=128, hidden_size=32, num_layers=2, num_heads=2,
                   intermediate_size=64, max_position_embeddings=128)
+    unknown = sorted(set(overrides) - {f.name for f in dataclasses.fields(cls)})
+    if unknown:
+      raise InputError(f"{', '.join(unknown)}: not a BERT config field", path)
     values.update(overrides)
     return cls(**values)
 
@@ -119,5 +122,8 @@ class BertConfig:
       elif field in ("vocab_size", "hidden_size", "num_layers", "num_heads",
                      "intermediate_size"):
         raise InputError(f"config.json lacks {key!r}", path)
+    unknown = sorted(set(overrides) - {f.name for f in dataclasses.fields(cls)})
+    if unknown:
+      raise InputError(f"{', '.join(unknown)}: not a BERT config field", path)
     values.update(overrides)
     return cls(**values)

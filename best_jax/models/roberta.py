@@ -11,6 +11,7 @@ from typing import Any
 
 import transformers
 
+from best_jax.errors import InputError
 from best_jax.models import bert_family
 from best_jax.models.bert import BertEncoder
 from best_jax.models.bert_config import BertConfig
@@ -30,7 +31,7 @@ def _family(model_type: str, hf_class, prefix: str) -> Family:
 
   def hf_config(config: BertConfig, classifier: bool, pad_id: int):
     if pad_id + 1 != config.position_offset:
-      raise ValueError(f"pad id {pad_id} does not match the positions' "
+      raise InputError(f"pad id {pad_id} does not match the positions' "
                        f"offset {config.position_offset}")
     name = f"{prefix}{'ForSequenceClassification' if classifier else 'Model'}"
     return hf_class(architectures=[name],
