@@ -9,7 +9,7 @@ loss), compiled here on the CPU; `--score-flops/--train-flops` skip that.
 Hours = FLOPs ÷ (chips × bf16 peak × MFU), at 40% MFU and at `--mfu`
 (e.g. what bench/accelerator.sh measured).
 
-Assumptions (each a flag; the README table states them):
+Assumptions (each a flag; the table in docs/measurements.md states them):
 - training pairs per regime and BeST iteration: 384,000 (the BeST paper:
   "about 384,000 judged query and document pairs"), one pass, batch 32;
 - MS MARCO document lengths: lognormal through the paper's median 797 and
@@ -214,7 +214,8 @@ def main(argv=None) -> int:
   parser.add_argument("--bucket-tokens", type=int, default=64,
                       help="scoring buckets' spacing (eight up to 512)")
   parser.add_argument("--segmenter-tokens-per-s", type=float, default=123e3,
-                      help="README: bench/segmenter_throughput.py, one process")
+                      help="docs/measurements.md: bench/segmenter_throughput.py, "
+                      "one process")
   args = parser.parse_args(argv)
   if args.score_flops and args.train_flops:
     score_flops, train_flops = args.score_flops, args.train_flops

@@ -16,7 +16,7 @@ Arguments:
 - `runlocal`: `make demo`, sized for a 2-core CPU: the bi-encoder family's
   BeST iteration 1 on whole documents, every test question (2,232),
   reranking the BM25 top 5, with the zero-shot and peer rows. The same
-  budget with FirstP and MaxP (the 3-seed comparison in the README):
+  budget with FirstP and MaxP (the 3-seed comparison in docs/results.md):
 
     python -m best_jax train --config configs/squad_longdoc.py:runlocal \\
         --workdir W --config.regimes='("firstp", "maxp", "best")' \\
@@ -47,8 +47,8 @@ The SQuAD JSON comes from `data.squad_json`, $BEST_JAX_SQUAD_JSON or
 get it when it is missing); `data.dir` holds the prepared files (default
 WORKDIR/data, prepared when absent).
 
-Measured figures: README, "The demo's result" (runlocal), and "The
-cross-encoder family at the current config" (`cpu` with FirstP, MaxP and
+Measured figures: docs/results.md, "The demo" (runlocal), and "The
+cross-encoder family at `:cpu`" (`cpu` with FirstP, MaxP and
 GoldP over three seeds; BeST with FirstP and MaxP over three more,
 pooled: seeds 0, 1 and 2 at 491fac0, dbf29cd and f2238a2).
 """
@@ -112,7 +112,7 @@ def _full() -> ml_collections.ConfigDict:
       # knows (1: every row at full length; each group is one more
       # attention per layer to compile): 7.9-9.3% of the training FLOPs
       # padding on the first 400 batches, 10.5-11.9% with 3 groups
-      # (bench/padding_waste.py; README). The CPU variants use 3.
+      # (bench/padding_waste.py; docs/measurements.md). The CPU variants use 3.
       unpadded=True, attention_groups=8))
   config.regimes = ("firstp", "maxp", "maxp_all", "goldp", "best")
   config.best = ml_collections.ConfigDict(dict(
@@ -158,7 +158,7 @@ def _bi(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   `best.theta0=joint`, see all of them: SQuAD's longest has ~290). The
   window was chosen on the 1,800 dev questions with `runlocal` (BeST-1 +
   BM25 dev MRR@10 at content_len 133 / 56 / 40 / 32: 0.9213 / 0.9311 /
-  0.9368 / 0.9346; README): a mean-pooled embedding of a longer window
+  0.9368 / 0.9346; docs/results.md): a mean-pooled embedding of a longer window
   dilutes the sentence a question is about. BeST's θ⁽⁰⁾ is the pretrained
   model, which already ranks, so iteration 1 trains on its picks."""
   config.ranker.kind = "bi"
