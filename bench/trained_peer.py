@@ -168,8 +168,8 @@ def main() -> int:
           f"(alpha {chosen['alpha']}) "
           f"{metrics['means'][row + ' + BM25']['recip_rank_cut_10']:.4f}",
           flush=True)
-  with atomic_write(path) as f:
-    json.dump(metrics, f, indent=1)
+    with atomic_write(path) as f:  # after each budget: a cut run keeps it
+      json.dump(metrics, f, indent=1)
   return 0
 
 
