@@ -69,3 +69,14 @@ def test_cluster_test_flips_whole_clusters_exactly():
   assert (alone.unit, alone.num_clusters) == ("query", 300)
   assert alone.p < 0.001
   assert significance.cluster_test(a, a, clusters).p == 1.0
+
+
+def test_a_query_without_a_cluster_is_its_own_cluster():
+  """A query the map leaves out (no relevant document, say) is one more
+  cluster, not a KeyError."""
+  a = {"q1": 1.0, "q2": 1.0, "q3": 0.5}
+  b = {"q1": 0.0, "q2": 0.0, "q3": 0.0}
+  test = significance.cluster_test(a, b, {"q1": "A", "q2": "A"})
+  assert test.num_clusters == 2
+  # Sums 2 (A) and 0.5 (q3): 2 of the 4 sign patterns reach |2.5|.
+  assert test.p == pytest.approx(0.5)

@@ -109,7 +109,8 @@ def summarise(metrics: Sequence[dict], against: Sequence[str]) -> dict:
     runs[name] = row
   return {"seeds": len(metrics), "queries": len(queries), "runs": runs,
           "clusters": {"unit": unit, "count": len(
-              {of[q] for q in queries} if of else queries)},
+              {of.get(q, f"query {q}") for q in queries} if of
+              else queries)},
           "missing": {n: sum(n not in m["means"] or any(
               q not in m["per_query"].get(n, {}) for q in queries)
                              for m in metrics)

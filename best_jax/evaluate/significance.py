@@ -107,17 +107,21 @@ def cluster_test(a: Mapping[str, float], b: Mapping[str, float],
 
   Args:
     a, b: `{qid: value}`.
-    clusters: `{qid: cluster}`; None: every query its own (`unit` "query").
+    clusters: `{qid: cluster}`; None: every query its own (`unit` "query");
+      a query missing from the map is a cluster of its own.
     unit: what a cluster is, for the tables.
     seed: the Monte Carlo draws (more than `EXACT_CLUSTERS` clusters).
   """
   qids = [q for q in a if q in b]
   if clusters is None:
-    clusters, unit = {q: q for q in qids}, "query"
-  names = sorted({clusters[q] for q in qids})
+    clusters, unit = {}, "query"
+  # A query the map leaves out (e.g. one without a relevant document) is a
+  # cluster of its own.
+  cluster_of = {q: clusters.get(q, f"query {q}") for q in qids}
+  names = sorted(set(cluster_of.values()))
   index = {c: i for i, c in enumerate(names)}
   sums_c = np.zeros(len(names))
-  np.add.at(sums_c, [index[clusters[q]] for q in qids],
+  np.add.at(sums_c, [index[cluster_of[q]] for q in qids],
             [a[q] - b[q] for q in qids])
   if not np.any(sums_c):
     return ClusterTest(unit, len(names), 1.0)
