@@ -11,8 +11,10 @@ finished `best_jax train` work directory (squad_longdoc, e.g.
 
 Budgets: `best1`, the (question, positive) pairs BeST-1 sees (the work
 directory's training schedule, `train.num_steps` x `train.batch_size`
-groups, in its order); `epoch`, every training question once, shuffled with
-the run's seed. Settings: sentence-transformers' documented ones for this
+groups); `epoch`, every training question once. Either way the loader
+shuffles the pairs (seeded with the run's seed), keeps no text twice in a
+batch (a repeat waits for a later batch) and drops the last partial batch,
+so the pairs trained on are at most the budget's. Settings: sentence-transformers' documented ones for this
 loss: MultipleNegativesRankingLoss (scale 20, cosine similarity), in-batch
 negatives in batches of `train.batch_size` with no text twice in a batch
 (NoDuplicatesDataLoader), `SentenceTransformer.old_fit`'s AdamW (lr 2e-5,
@@ -38,6 +40,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import sys
 import time
 
@@ -93,6 +96,10 @@ def training_pairs(inputs: Inputs, budget: str, seed: int
 
 def fine_tune(pairs: list[tuple[str, str]], batch_size: int, seed: int
               ) -> SentenceTransformer:
+  # NoDuplicatesDataLoader shuffles with Python's `random`, sentence-
+  # transformers' fit draws from numpy's and torch's generators.
+  random.seed(seed)
+  np.random.seed(seed)
   torch.manual_seed(seed)
   model = SentenceTransformer(checkpoint_dir(), device="cpu")
   loader = NoDuplicatesDataLoader(
