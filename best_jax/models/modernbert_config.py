@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import os
 from collections.abc import Callable
 from typing import Any
@@ -180,15 +179,8 @@ class ModernBertConfig:
   def from_checkpoint(cls, checkpoint_dir: str | os.PathLike,
                       **overrides: Any) -> ModernBertConfig:
     """Reads a transformers ModernBERT directory's `config.json`."""
-    path = os.path.join(os.fspath(checkpoint_dir), "config.json")
-    try:
-      with open(path, encoding="utf-8") as f:
-        hf = json.load(f)
-    except FileNotFoundError:
-      raise InputError("no config.json in checkpoint directory", path) from None
-    except (OSError, ValueError) as e:
-      raise InputError(f"cannot read config: {e}", path) from None
-    return cls.from_hf(hf, path, **overrides)
+    from best_jax.models import families  # pylint: disable=import-outside-toplevel
+    return cls.from_hf(*families.read_hf_config(checkpoint_dir), **overrides)
 
   def to_hf(self) -> dict[str, Any]:
     """The transformers `ModernBertConfig` keyword arguments."""
