@@ -32,10 +32,13 @@ torch versions) and the load averages; the first printed line says the same.
 Measure on a quiet machine: the ratios rise when other work shares the cores
 (PyTorch's OpenMP threads lose more to it than XLA's thread pool), so the
 bench measures the cores other processes and the hypervisor kept busy
-during the run (/proc/stat) and warns when they were not idle. Each side's float32 matmul rate
-at the model's feed-forward shape is measured first, and every scoring row
-reports the share of it each side reaches (matrix-product FLOPs counted
-analytically): how far above PyTorch the hardware lets best_jax go. With `--random-bert base` both sides load one
+during the run (/proc/stat) and warns when they were not idle. In float32
+on the CPU (not with `--family`) each side's matmul rate at the model's
+feed-forward shape is measured first, and every scoring row reports the
+share of it each side reaches (matrix-product FLOPs counted analytically):
+how far above PyTorch the hardware lets best_jax go.
+
+With `--random-bert base` both sides load one
 random BERT-base checkpoint written for the run; `--dtype bfloat16` runs
 best_jax in bf16 activations (float32 parameters) and PyTorch under bf16
 autocast; `--torch-device cuda` puts the reference on a GPU. With
