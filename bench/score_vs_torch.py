@@ -548,7 +548,8 @@ def main(argv=None) -> int:
     torch_ranker = TorchRanker(product.checkpoint, *product.head,
                                args.torch_device, dropout)
   lengths = [int(x) for x in args.lengths.split(",")]
-  print(machine.summary_line(machine.describe()), flush=True)
+  info = machine.describe()
+  print(machine.summary_line(info), flush=True)
   load_before = machine.load_average()
   cpu_before, wall_before = machine.cpu_seconds(), time.perf_counter()
   peak = None
@@ -600,7 +601,7 @@ def main(argv=None) -> int:
       "load_average_after": machine.load_average(),
       "other_work": beside,
       "matmul_peak_flops_per_second": peak,
-      "machine": machine.describe(),
+      "machine": info,
       "reference_versions": {"torch": torch.__version__,
                              "transformers": transformers.__version__},
       "results": results,

@@ -12,7 +12,7 @@ from flax import nnx
 from best_jax.errors import InputError
 from best_jax.train import token_budget
 from best_jax.models import (BertConfig, BertEncoder, CrossEncoderRanker,
-                             load_encoder, load_ranker)
+                             families, load_encoder, load_ranker)
 import family_checkpoints as fc
 from reference_bert import (TINY_HF_CONFIG, bert_forward, random_hf_tensors,
                             write_checkpoint)
@@ -234,7 +234,7 @@ def test_load_ranker_has_imported_encoder_and_random_head(tiny_checkpoint):
 
 
 def test_config_from_checkpoint(tmp_path):
-  config = BertConfig.from_checkpoint(
+  config = families.read_config(
       write_checkpoint(str(tmp_path / "a"), TINY_HF_CONFIG, {}))
   assert (config.hidden_size, config.num_layers, config.num_heads,
           config.head_dim, config.layer_norm_eps) == (32, 2, 4, 8, 1e-12)
@@ -242,9 +242,9 @@ def test_config_from_checkpoint(tmp_path):
   os.makedirs(tmp_path / "b")
   (tmp_path / "b" / "config.json").write_text(json.dumps(bad))
   with pytest.raises(InputError, match="hidden_act"):
-    BertConfig.from_checkpoint(tmp_path / "b")
+    families.read_config(tmp_path / "b")
   with pytest.raises(InputError, match="config.json"):
-    BertConfig.from_checkpoint(tmp_path / "missing")
+    families.read_config(tmp_path / "missing")
   with pytest.raises(InputError, match="multiple"):
     BertConfig.tiny(hidden_size=30, num_heads=4)
 

@@ -12,8 +12,9 @@ from flax import nnx
 from safetensors.numpy import save_file
 
 from best_jax.errors import InputError
-from best_jax.models import (CrossEncoderRanker, load_encoder, load_ranker,
-                             modernbert, weights)
+from best_jax.models import (CrossEncoderRanker, families, load_encoder,
+                             load_ranker, modernbert, modernbert_family,
+                             weights)
 from best_jax.models.bi_encoder import load_bi_encoder
 from best_jax.models.modernbert import ModernBertConfig
 from best_jax.models.unpadding import TokenBudget
@@ -107,15 +108,16 @@ def _export(model, directory, *, classifier=True):
   arrays = {path: np.asarray(variable.get_value()) for path, variable
             in nnx.to_flat_state(nnx.state(model, nnx.Param))}
   config = model.config
-  modernbert.hf_config(config, classifier,
-                       config.pad_token_id).save_pretrained(str(directory))
+  modernbert_family.hf_config(config, classifier,
+                              config.pad_token_id).save_pretrained(
+                                  str(directory))
   save_file(weights.model_tensors(arrays, config, classifier=classifier),
             os.path.join(directory, "model.safetensors"),
             metadata={"format": "pt"})
 
 
 def test_config_sets_local_and_global_layers(classifier):
-  config = ModernBertConfig.from_checkpoint(classifier[1])
+  config = families.read_config(classifier[1])
   assert config.layer_types == ("full_attention", "sliding_attention") * 2
   assert (config.local_attention, config.global_rope_theta,
           config.local_rope_theta) == (8, 160_000.0, 10_000.0)
@@ -196,14 +198,21 @@ def test_unpadded_rows_that_do_not_fit_are_nan(classifier):
   assert np.isnan(scores[:2]).all() and np.isfinite(scores[2:]).all()
 
 
-def test_encoder_equals_transformers_model(tmp_path):
-  model = _torch_model(transformers.ModernBertModel, seed=1, **BIASED)
-  model.save_pretrained(str(tmp_path))
-  ids, mask = _pairs(seed=1)
+def _saved_model_hidden(directory, seed: int, **overrides):
+  """A random `ModernBertModel` saved to `directory`, pairs, and
+  transformers' last hidden states of them."""
+  model = _torch_model(transformers.ModernBertModel, seed=seed, **overrides)
+  model.save_pretrained(str(directory))
+  ids, mask = _pairs(seed=seed)
   with torch.no_grad():
-    expected = model(input_ids=torch.tensor(ids, dtype=torch.long),
-                     attention_mask=torch.tensor(mask.astype(np.int64))
-                     ).last_hidden_state.numpy()
+    hidden = model(input_ids=torch.tensor(ids, dtype=torch.long),
+                   attention_mask=torch.tensor(mask.astype(np.int64))
+                   ).last_hidden_state.numpy()
+  return ids, mask, hidden
+
+
+def test_encoder_equals_transformers_model(tmp_path):
+  ids, mask, expected = _saved_model_hidden(tmp_path, 1, **BIASED)
   encoder = load_encoder(str(tmp_path))
   assert isinstance(encoder, modernbert.ModernBertEncoder)
   hidden = np.asarray(encoder(jnp.asarray(ids), jnp.asarray(mask)))
@@ -221,13 +230,7 @@ def test_encoder_equals_transformers_model(tmp_path):
 def test_bi_encoder_embeds_as_transformers_model(tmp_path):
   """A `ModernBertModel` as best_jax's bi-encoder: the mean of transformers'
   last hidden states over the mask."""
-  model = _torch_model(transformers.ModernBertModel, seed=4)
-  model.save_pretrained(str(tmp_path))
-  ids, mask = _pairs(seed=4)
-  with torch.no_grad():
-    hidden = model(input_ids=torch.tensor(ids, dtype=torch.long),
-                   attention_mask=torch.tensor(mask.astype(np.int64))
-                   ).last_hidden_state.numpy()
+  ids, mask, hidden = _saved_model_hidden(tmp_path, 4)
   mean = (hidden * mask[..., None]).sum(1) / mask.sum(1, keepdims=True)
   bi = load_bi_encoder(str(tmp_path), similarity="dot")
   assert isinstance(bi.encoder, modernbert.ModernBertEncoder)
@@ -274,7 +277,7 @@ def test_export_loads_in_transformers(classifier, tmp_path, dtype):
 def test_export_round_trip_is_exact(classifier, tmp_path):
   ranker = _ranker(classifier[1])
   _export(ranker, tmp_path)
-  assert ModernBertConfig.from_checkpoint(tmp_path) == ranker.config
+  assert families.read_config(tmp_path) == ranker.config
   tensors = weights.read_tensors(str(tmp_path))
   original = weights.read_tensors(classifier[1])
   assert sorted(tensors) == sorted(original)

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import dataclasses
-import os
 from typing import Any
 
 import jax.numpy as jnp
@@ -76,19 +75,8 @@ class BertConfig:
     """A tiny random configuration for tests (vocab 128, hidden 32)."""
     values = dict(vocab_size=128, hidden_size=32, num_layers=2, num_heads=2,
                   intermediate_size=64, max_position_embeddings=128)
-    unknown = sorted(set(overrides) - {f.name for f in dataclasses.fields(cls)})
-    if unknown:
-      raise InputError(f"{', '.join(unknown)}: not a BERT config field", path)
     values.update(overrides)
     return cls(**values)
-
-  @classmethod
-  def from_checkpoint(cls, checkpoint_dir: str | os.PathLike,
-                      **overrides: Any) -> BertConfig:
-    """The encoder of a Hugging Face checkpoint directory of a BERT-like
-    family (`models.families`)."""
-    from best_jax.models import families  # pylint: disable=import-outside-toplevel
-    return families.read_config(checkpoint_dir, **overrides)
 
   @classmethod
   def from_hf(cls, hf: dict[str, Any], path: str,

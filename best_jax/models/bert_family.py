@@ -15,7 +15,7 @@ import transformers
 
 from best_jax.models.bert import BertEncoder
 from best_jax.models.bert_config import BertConfig
-from best_jax.models.families import Family, Path, Tensor
+from best_jax.models.family import Family, Path, Tensor
 
 SAME = (lambda w: w, lambda w: w)
 TRANSPOSE = (lambda w: w.T, lambda w: w.T)

@@ -12,7 +12,7 @@ import transformers
 from best_jax.models import bert_family
 from best_jax.models.bert import BertEncoder
 from best_jax.models.bert_config import BertConfig
-from best_jax.models.families import Family, Tensor
+from best_jax.models.family import Family, Tensor
 
 
 def encoder_tensors(config: BertConfig) -> dict[str, Tensor]:

@@ -2,98 +2,42 @@
 best_jax encoder, and a trained model becomes that family's transformers
 classes again.
 
-One `Family` per `model_type` of config.json, in `FAMILIES`. A family says
-how to read its config.json, which encoder module to build, and its tensor
-names in both directions (plain maps: no tensor is rescaled):
-
-  encoder_tensors(config)  {name in the *Model: (path in the encoder,
-                            to best_jax, to transformers)}
-  head_tensors(config)     {name in the *ForSequenceClassification: (path in
-                            `CrossEncoderRanker`, to best_jax, to
-                            transformers)}; the encoder's names there are
-                            `prefix` + the *Model's
-
-Adding a family is one module that defines a `Family` and one line in
-`FAMILIES`.
+One `Family` (`models.family`) per `model_type` of config.json, in
+`FAMILIES`. Adding a family is one module that defines a `Family` and one
+line in `FAMILIES`.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
-from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-from flax import nnx
-
 from best_jax.errors import InputError
+from best_jax.models import bert_family, electra, modernbert_family, roberta
+from best_jax.models.family import Family
 
-Path = tuple[str | int, ...]
-Convert = Callable[[np.ndarray], np.ndarray]
-# A tensor: its path in best_jax's model, the conversion of transformers'
-# array to best_jax's, and its inverse.
-Tensor = tuple[Path, Convert, Convert]
 CLASSIFIER = "ForSequenceClassification"
-
-
-@dataclasses.dataclass(frozen=True)
-class Family:
-  """One `model_type` (see the module docstring).
-
-  Attributes:
-    model_type: config.json's `model_type`.
-    read_config: (config.json's values, its path, whether the checkpoint is
-      a *ForSequenceClassification, overrides) → the encoder config (a
-      frozen dataclass with at least `model_type`, `head`, `hidden_size`,
-      `positions` (the longest row) and the `BertConfig` numerics fields
-      `dtype`, `param_dtype`).
-    encoder: (config, rngs) → the encoder module (`BertEncoder`'s calls).
-    encoder_tensors: see the module docstring.
-    head_tensors: see the module docstring.
-    prefix: the encoder's name prefix in the *ForSequenceClassification.
-    hf_config: (config, classifier, pad id) → the `transformers`
-      config of the export (`classifier`: the *ForSequenceClassification
-      with one label, else the *Model).
-    unused: a regular expression of checkpoint tensor names (without
-      `prefix`) that best_jax reads past (a pooler, pretraining heads).
-    head: (config, rngs) → the ranker's head, when not `ranker.score_head`.
-  """
-  model_type: str
-  read_config: Callable[..., Any]
-  encoder: Callable[[Any, nnx.Rngs], nnx.Module]
-  encoder_tensors: Callable[[Any], dict[str, Tensor]]
-  head_tensors: Callable[[Any], dict[str, Tensor]]
-  prefix: str
-  hf_config: Callable[[Any, bool, int], Any]
-  unused: str = r"$^"
-  head: Callable[[Any, nnx.Rngs], nnx.Module] | None = None
-
-
-def _families() -> dict[str, Family]:
-  # pylint: disable=import-outside-toplevel
-  from best_jax.models import bert_family, electra, modernbert, roberta
-  return {
-      "bert": bert_family.FAMILY,
-      "electra": electra.FAMILY,
-      "roberta": roberta.ROBERTA,
-      "xlm-roberta": roberta.XLM_ROBERTA,
-      "modernbert": modernbert.FAMILY,
-  }
+FAMILIES: dict[str, Family] = {
+    "bert": bert_family.FAMILY,
+    "electra": electra.FAMILY,
+    "roberta": roberta.ROBERTA,
+    "xlm-roberta": roberta.XLM_ROBERTA,
+    "modernbert": modernbert_family.FAMILY,
+}
 
 
 def model_types() -> tuple[str, ...]:
   """The supported `model_type`s, sorted."""
-  return tuple(sorted(_families()))
+  return tuple(sorted(FAMILIES))
 
 
 def family(model_type: str, source: str | None = None) -> Family:
   """The family of `model_type`; an InputError naming the supported ones."""
-  if model_type not in _families():
+  if model_type not in FAMILIES:
     raise InputError(f"model_type {model_type!r} is not supported (one of "
                      f"{', '.join(model_types())})", source)
-  return _families()[model_type]
+  return FAMILIES[model_type]
 
 
 def read_hf_config(checkpoint_dir: str | os.PathLike) -> tuple[dict, str]:

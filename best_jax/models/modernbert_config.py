@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import os
 from collections.abc import Callable
 from typing import Any
 
@@ -174,13 +173,6 @@ class ModernBertConfig:
       return cls(**dict(values, **overrides))
     except InputError as e:
       raise InputError(e.message, source) from None
-
-  @classmethod
-  def from_checkpoint(cls, checkpoint_dir: str | os.PathLike,
-                      **overrides: Any) -> ModernBertConfig:
-    """Reads a transformers ModernBERT directory's `config.json`."""
-    from best_jax.models import families  # pylint: disable=import-outside-toplevel
-    return cls.from_hf(*families.read_hf_config(checkpoint_dir), **overrides)
 
   def to_hf(self) -> dict[str, Any]:
     """The transformers `ModernBertConfig` keyword arguments."""

@@ -14,6 +14,7 @@ import jax.numpy as jnp
 from transformers import AutoTokenizer
 
 from best_jax.errors import InputError
+from best_jax.models import families
 from best_jax.models.bert_config import BertConfig
 
 MINILM = "minilm-l6"
@@ -83,4 +84,4 @@ def bert_config(name: str, ranker, dtype: str, param_dtype: str
     return BertConfig.tiny(**dict(overrides, **numerics))
   if name == "config":
     name = checkpoint_dir(ranker.get("checkpoint") or MINILM)
-  return BertConfig.from_checkpoint(name, **numerics)
+  return families.read_config(name, **numerics)

@@ -15,7 +15,7 @@ from best_jax.errors import InputError
 from best_jax.models import bert_family
 from best_jax.models.bert import BertEncoder
 from best_jax.models.bert_config import BertConfig
-from best_jax.models.families import Family
+from best_jax.models.family import Family
 
 
 def _family(model_type: str, hf_class, prefix: str) -> Family:

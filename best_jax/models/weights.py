@@ -31,7 +31,7 @@ from best_jax.errors import InputError
 from best_jax.models import families
 from best_jax.models.bert import BertEncoder
 from best_jax.models.bert_config import BertConfig
-from best_jax.models.families import Path
+from best_jax.models.family import Family, Path
 from best_jax.models.ranker import CrossEncoderRanker, score_head
 
 
@@ -82,7 +82,7 @@ def _read_torch_pickle(path: str) -> dict[str, np.ndarray]:
   return {name: t.float().numpy() for name, t in state.items()}
 
 
-def _by_name(tensors: dict[str, np.ndarray], family: families.Family,
+def _by_name(tensors: dict[str, np.ndarray], family: Family,
              head_names: set[str]) -> dict[str, np.ndarray]:
   """The checkpoint's tensors by the family's names: the encoder's without
   the family's prefix (a head's keep theirs), LayerNorm's `gamma`/`beta` of

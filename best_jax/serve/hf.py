@@ -36,7 +36,6 @@ import tempfile
 import jax
 import ml_collections
 import numpy as np
-import transformers
 from flax import nnx
 from safetensors.numpy import save_file
 
@@ -291,7 +290,7 @@ def read_export(directory: str | os.PathLike) -> TrainedModel:
   config = ml_collections.ConfigDict(info["config"])
   overrides = {k: v for k, v in (config.ranker.get("overrides") or {}).items()
                if k in NOT_IN_HF_CONFIG}
-  bert = BertConfig.from_checkpoint(directory, **overrides)
+  bert = families.read_config(directory, **overrides)
   if info["kind"] == "bi":
     module = load_bi_encoder(directory, similarity=info["similarity"],
                              scale=info["scale"], **overrides)

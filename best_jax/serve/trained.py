@@ -35,7 +35,7 @@ from best_jax.data.files import read_text
 from best_jax.errors import InputError
 from best_jax.experiment import longp
 from best_jax.models import BertConfig, CrossEncoderRanker
-from best_jax.models import pretrained
+from best_jax.models import families, pretrained
 from best_jax.models.bi_encoder import BiEncoderRanker
 from best_jax.segments.config import SegmenterConfig
 from best_jax.train.checkpoint import load_params
@@ -151,7 +151,7 @@ def bert_config(config: ml_collections.ConfigDict) -> BertConfig:
   overrides = dict(r.get("overrides", {}) or {})
   if r.get("tiny"):
     return BertConfig.tiny(**overrides)
-  return BertConfig.from_checkpoint(tokenizer_dir(config), **overrides)
+  return families.read_config(tokenizer_dir(config), **overrides)
 
 
 def tokenizer_dir(config: ml_collections.ConfigDict) -> str:

@@ -47,7 +47,7 @@ def minilm_model(kind: str):
   import ml_collections
 
   from best_jax.config import load_config
-  from best_jax.models import BertConfig, load_ranker
+  from best_jax.models import families, load_ranker
   from best_jax.models.bi_encoder import load_bi_encoder
   from best_jax.models.pretrained import checkpoint_dir
   from best_jax.serve.trained import TrainedModel
@@ -72,7 +72,7 @@ def minilm_model(kind: str):
     module.head.bias.set_value(np.full(1, 0.25, np.float32))
   return TrainedModel(
       name=f"minilm-{kind}", kind=kind,
-      bert=BertConfig.from_checkpoint(directory),
+      bert=families.read_config(directory),
       params=jax.device_get(split_params(module)[1]), config=config,
       tokenizer_dir=directory, aggregation="max",
       origin={"golden": "tests/golden/make_export_golden.py"})
