@@ -107,6 +107,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.run = _data("robust04", "rob04_yang19_bm25rm3.top1000.run.gz")
   c.qrels = _data("robust04", "qrels.robust2004.txt.gz")
   c.folds = _data("robust04", "rob04_yang19_folds.json")
+  c.clusters = ""  # Robust04's topics are not grouped: no cluster-level test.
   c.depth = 300
   c.seeds = (0, 1, 2, 3, 4)
   c.test_fraction = 0.2

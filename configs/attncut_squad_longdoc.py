@@ -76,6 +76,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.qrels = _data("squad_longdoc", "qrels.test.txt")
   c.corpus = "" if "scores" in options else _data("squad_longdoc",
                                                   "corpus.jsonl")
+  # The test questions' articles (`prepare` writes them): the report adds an
+  # article-level test beside the per-question ones.
+  c.clusters = _data("squad_longdoc", "clusters.test.tsv")
   c.folds = ""
   c.paper_figures = False
   c.depth = 100

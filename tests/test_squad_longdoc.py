@@ -293,7 +293,8 @@ def test_prepare_is_byte_identical_and_readable_without_tensorflow(tmp_path):
   a, b = _files(first), _files(second)
   expected = {f"{kind}.{split}.{ext}" for split in sl.SPLITS
               for kind, ext in (("topics", "tsv"), ("qrels", "txt"),
-                                ("bm25", "run"), ("gold", "jsonl"))}
+                                ("bm25", "run"), ("gold", "jsonl"),
+                                ("clusters", "tsv"))}
   assert expected | {"corpus.jsonl", "stats.json"} <= set(a)
   assert any(name.endswith("array_record-00000-of-00001") for name in a)
   assert sorted(a) == sorted(b)
@@ -335,6 +336,11 @@ def test_prepare_is_byte_identical_and_readable_without_tensorflow(tmp_path):
       assert text[g["start"]:g["end"]].startswith(
           "Marker " + topic.title.split()[-1].rstrip("?"))
       assert [text[a:b] for a, b in g["answers"]] == ["Marker"]
+    # Each question's cluster is its document's article.
+    articles = trec.read_clusters(first / f"clusters.{split}.tsv")
+    assert list(articles) == [g["qid"] for g in gold]
+    assert all(int(articles[g["qid"]]) == corpus[g["docid"]]["article"]
+               for g in gold)
   docs = SquadLongdocBuilder(data_dir=tfds_dir, config="corpus"
                              ).as_data_source(split="corpus")
   assert [d["id"].decode() for d in docs] == list(corpus)

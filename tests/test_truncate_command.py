@@ -124,7 +124,7 @@ def _tiny_config(tmp_path, run, qrels):
 
       def get_config(arg=""):
         c = ml_collections.ConfigDict()
-        c.run, c.qrels, c.folds = {run!r}, {qrels!r}, ""
+        c.run, c.qrels, c.folds, c.clusters = {run!r}, {qrels!r}, "", ""
         c.depth, c.seeds, c.test_fraction = {DEPTH}, (0, 1), 0.3
         c.protocols, c.sigmas, c.recall_rule = ("random",), (0.0, 0.5), "lower_edge"
         c.bicut_alpha = {{"f1": 0.3, "dcg": 0.5}}
@@ -143,9 +143,14 @@ def test_experiment_and_learned_method(trec_files, capsys, tmp_path):
   run, qrels, _ = trec_files
   config = _tiny_config(tmp_path, run, qrels)
   workdir = tmp_path / "work"
+  clusters = tmp_path / "clusters.tsv"  # two "articles" of five queries
+  clusters.write_text("".join(f"{301 + q}\t{q % 2}\n"
+                              for q in range(NUM_QUERIES)))
   assert cli.main(["truncate", "--config", config, "--workdir",
-                   str(workdir), "--config.train.epochs=2"]) == 0
+                   str(workdir), "--config.train.epochs=2",
+                   f"--config.clusters={clusters}"]) == 0
   report = json.loads((workdir / "truncation_report.json").read_text())
+  assert report["comparisons"]["f1/attncut/greedy"]["clusters"] == 2
   assert report["selection"]["f1/attncut"]["epochs"] == [2, 2]  # override
   table3 = report["table3"]
   assert table3["attncut"]["f1"]["splits"] == 2
@@ -212,3 +217,16 @@ def test_bad_corpus_is_one_line_error_and_writes_nothing(
   err = capsys.readouterr().err.strip()
   assert len(err.splitlines()) == 1 and where in err
   assert not output.exists() and not model.exists()
+
+
+def test_bad_cluster_file_stops_before_any_work(trec_files, capsys, tmp_path):
+  run, qrels, _ = trec_files
+  config = _tiny_config(tmp_path, run, qrels)
+  clusters = tmp_path / "clusters.tsv"
+  clusters.write_text("301\ta\n302 b\n")
+  workdir = tmp_path / "work"
+  assert cli.main(["truncate", "--config", config, "--workdir", str(workdir),
+                   f"--config.clusters={clusters}"]) == 2
+  err = capsys.readouterr().err.strip()
+  assert len(err.splitlines()) == 1 and f"{clusters}:2:" in err
+  assert not (workdir / "results").exists()

@@ -12,6 +12,8 @@ writes, all atomically and identical for the same input and seed:
   DIR/gold.{train,dev,test}.jsonl    qid, docid, start, end (gold paragraph),
                                      answers ([[start, end], ...]: every
                                      annotator's distinct answer span)
+  DIR/clusters.{train,dev,test}.tsv  qid<TAB>article (for the article-level
+                                     significance tests, e.g. `truncate`'s)
   DIR/stats.json                     lengths, splits, segments, BM25 coverage
 
 The SQuAD file is `--squad-json`, else $BEST_JAX_SQUAD_JSON, else
@@ -80,7 +82,7 @@ def export(dataset: sl.SquadLongdoc, run: trec.Run, out: str,
   for split in tqdm(sl.SPLITS, desc="export", unit="split"):
     names = {kind: os.path.join(out, f"{kind}.{split}.{ext}") for kind, ext in
              (("topics", "tsv"), ("qrels", "txt"), ("bm25", "run"),
-              ("gold", "jsonl"))}
+              ("gold", "jsonl"), ("clusters", "tsv"))}
     trec.write_topics_tsv(dataset.topics(split), names["topics"])
     trec.write_qrels(dataset.qrels(split), names["qrels"])
     trec.write_run({q.qid: run[q.qid] for q in dataset.queries[split]},
@@ -90,6 +92,7 @@ def export(dataset: sl.SquadLongdoc, run: trec.Run, out: str,
         record = {"qid": q.qid, "docid": q.docid, "start": q.start,
                   "end": q.end, "answers": [list(a) for a in q.answers]}
         f.write(json.dumps(record) + "\n")
+    trec.write_clusters(dataset.clusters(split), names["clusters"])
     paths.extend(names.values())
   return paths
 

@@ -125,9 +125,19 @@ class SquadLongdoc:
   def qrels(self, split: str) -> dict[str, dict[str, int]]:
     return {q.qid: {q.docid: 1} for q in self.queries[split]}
 
+  def clusters(self, split: str) -> dict[str, str]:
+    """`{qid: article}`: the questions of one article are not independent
+    (for the article-level significance tests)."""
+    return {q.qid: article_of(q.docid) for q in self.queries[split]}
+
   def split_of(self) -> dict[int, str]:
     """Article index -> split name."""
     return {a: s for s, articles in self.articles.items() for a in articles}
+
+
+def article_of(docid: str) -> str:
+  """The article of a chunk id `{article}-{chunk}`."""
+  return docid.split("-")[0]
 
 
 # ------------------------------------------------------------------ reading

@@ -136,6 +136,30 @@ def write_qrels(qrels: Qrels, path: str | os.PathLike) -> None:
         f.write(f"{qid} 0 {docid} {grade}\n")
 
 
+# --------------------------------------------------------------- clusters
+
+def read_clusters(path: str | os.PathLike) -> dict[str, str]:
+  """`{qid: cluster}` from `qid<TAB>cluster` lines (blank lines skipped):
+  the groups of queries that are not independent (e.g. squad_longdoc's
+  articles), for `significance.cluster_test`."""
+  out = {}
+  for number, line in read_lines(path):
+    if not line.strip():
+      continue
+    parts = line.split("\t")
+    if len(parts) != 2 or not all(p.strip() for p in parts):
+      raise InputError("expected 'qid<TAB>cluster'", path, number)
+    out[parts[0].strip()] = parts[1].strip()
+  if not out:
+    raise InputError("no 'qid<TAB>cluster' lines found", path)
+  return out
+
+
+def write_clusters(clusters: dict[str, str], path: str | os.PathLike) -> None:
+  with atomic_write(path) as f:
+    f.writelines(f"{q}\t{c}\n" for q, c in sorted(clusters.items()))
+
+
 # ------------------------------------------------------------------ runs
 
 def read_run(path: str | os.PathLike) -> Run:

@@ -30,7 +30,6 @@ import json
 import math
 
 from best_jax.data import trec
-from best_jax.data.files import read_lines
 from best_jax.errors import InputError
 from best_jax.evaluate import significance
 from best_jax.evaluate import trec_eval
@@ -72,7 +71,7 @@ def main(args: argparse.Namespace) -> int:
       trec.read_run(args.compare), qrels, metrics,
       relevance_level=args.relevance_level)
   tests = [significance.paired_test(per_query, per_query_b, m) for m in metrics]
-  of = None if args.clusters is None else read_clusters(args.clusters)
+  of = None if args.clusters is None else trec.read_clusters(args.clusters)
   if of is not None:
     missing = [q for q in per_query if q in per_query_b and q not in of]
     if missing:
@@ -89,19 +88,6 @@ def main(args: argparse.Namespace) -> int:
     print(_compare_text(args, means, means_b, tests, clustered, per_query,
                         per_query_b))
   return 0
-
-
-def read_clusters(path: str) -> dict[str, str]:
-  """`{qid: cluster}` from `qid<TAB>cluster` lines (blank lines skipped)."""
-  out = {}
-  for number, line in read_lines(path):
-    if not line.strip():
-      continue
-    parts = line.split("\t")
-    if len(parts) != 2 or not all(p.strip() for p in parts):
-      raise InputError("expected 'qid<TAB>cluster'", path, number)
-    out[parts[0].strip()] = parts[1].strip()
-  return out
 
 
 # ------------------------------------------------------------------ output

@@ -85,7 +85,7 @@ def clusters(name: str, split: Split) -> dict | None:
   if name != "squad_longdoc":
     return None
   return {"unit": "article",
-          "of": {q: min(d for d, g in judged.items() if g >= 1).split("-")[0]
+          "of": {q: sl.article_of(min(d for d, g in judged.items() if g >= 1))
                  for q, judged in split.qrels.items()
                  if any(g >= 1 for g in judged.values())}}
 

@@ -19,6 +19,7 @@ import ml_collections
 import numpy as np
 from tqdm import tqdm
 
+from best_jax.data import trec
 from best_jax.data.files import atomic_write, read_text
 from best_jax.truncate import (baselines, features, lists, recall, report,
                                rewards, train)
@@ -151,6 +152,7 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> None:
   method[, number of splits])` (method-major, so the main comparison over all
   splits finishes before the variants start).
   """
+  clusters(config)  # A bad cluster file stops before any work.
   ranked = lists.read(config.run, config.qrels, config.depth)
   texts = (features.corpus_texts(config.corpus, ranked.docids, config.run)
            if config.get("corpus") else None)
@@ -186,6 +188,12 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> None:
   write_report(config, workdir)
 
 
+def clusters(config: ml_collections.ConfigDict) -> dict[str, str] | None:
+  """`{qid: cluster}` from `config.clusters` (`qid<TAB>cluster` lines), or
+  None where the config names none."""
+  return trec.read_clusters(config.clusters) if config.get("clusters") else None
+
+
 def write_report(config: ml_collections.ConfigDict, workdir: str) -> None:
   """Tables (markdown + JSON) and the cut-off plot from the results present."""
   results = {}
@@ -196,4 +204,4 @@ def write_report(config: ml_collections.ConfigDict, workdir: str) -> None:
         split, metric = file[:-len(".json")].rsplit("_", 1)
         results.setdefault(protocol, {}).setdefault(metric, {})[split] = (
             json.loads(read_text(os.path.join(root, protocol, file))))
-  report.write(config, results, workdir)
+  report.write(config, results, workdir, clusters(config))

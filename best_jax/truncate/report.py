@@ -6,6 +6,9 @@ parentheses). p-values compare one value per distinct query: its mean over
 the splits both methods ran on that hold it in their test part (random
 80/20 splits repeat queries; counting each repeat as a pair would overstate
 the evidence).
+With a cluster map (`config.clusters`, e.g.
+squad_longdoc's articles) the comparisons add a randomization test over
+whole clusters of those per-query values.
 """
 
 from __future__ import annotations
@@ -91,6 +94,16 @@ def _test(a: dict, b: dict) -> significance.PairedTest:
   return significance.paired_test(*by_query(a, b), "value")
 
 
+def _cluster_test(a: dict, b: dict, clusters: dict[str, str]
+                  ) -> significance.ClusterTest:
+  """The paired randomization test flipping whole clusters (articles) of
+  the distinct queries' values."""
+  per_a, per_b = by_query(a, b)
+  return significance.cluster_test(
+      {q: v["value"] for q, v in per_a.items()},
+      {q: v["value"] for q, v in per_b.items()}, clusters)
+
+
 def _p(a: dict | None, b: dict | None, kind="wilcoxon_p"):
   if a is None or b is None:
     return None
@@ -129,11 +142,16 @@ def _label(row):
   return LABELS.get(row, row)
 
 
-def _comparisons(per_metric: dict) -> tuple:
+def _comparisons(per_metric: dict, clusters: dict[str, str] | None
+                 ) -> tuple:
+  """AttnCut vs Greedy-k, BiCut and Choppy: t-test and Wilcoxon over the
+  distinct queries, and with `clusters` ({qid: cluster}) a randomization
+  test over whole clusters."""
+  extra = (" article-level p (clusters) |", " --- |") if clusters else ("", "")
   lines = ["### AttnCut against the other learned/greedy cut-offs", "",
            "| metric | comparison | AttnCut | other | paired t p | Wilcoxon p "
-           "| queries |",
-           "| --- | --- | --- | --- | --- | --- | --- |"]
+           "| queries |" + extra[0],
+           "| --- | --- | --- | --- | --- | --- | --- |" + extra[1]]
   data = {}
   pairs = [(metric, other) for metric in ("f1", "dcg")
            for other in ("greedy", "bicut", "choppy")]
@@ -148,10 +166,20 @@ def _comparisons(per_metric: dict) -> tuple:
         "attncut": test.mean_a, "other": test.mean_b,
         "t_test_p": test.t_test_p, "wilcoxon_p": test.wilcoxon_p,
         "queries": test.num_queries}
-    lines.append(f"| {metric} | {_label(mine)} vs {_label(other)} | "
-                 f"{test.mean_a:.4f} | {test.mean_b:.4f} | "
-                 f"{test.t_test_p:.3g} | {test.wilcoxon_p:.3g} | "
-                 f"{test.num_queries} |")
+    line = (f"| {metric} | {_label(mine)} vs {_label(other)} | "
+            f"{test.mean_a:.4f} | {test.mean_b:.4f} | "
+            f"{test.t_test_p:.3g} | {test.wilcoxon_p:.3g} | "
+            f"{test.num_queries} |")
+    if clusters:
+      grouped = _cluster_test(a, b, clusters)
+      data[f"{metric}/{mine}/{other}"].update(
+          cluster_p=grouped.p, clusters=grouped.num_clusters)
+      line += f" {grouped.p:.3g} ({grouped.num_clusters}) |"
+    lines.append(line)
+  if clusters:
+    lines += ["", "Article-level p: a paired randomization test flipping the "
+              "summed differences of whole clusters of queries (the "
+              "questions of one article are not independent)."]
   return lines, data
 
 
@@ -232,8 +260,10 @@ def _plot(per_split: dict, path: str) -> bool:
   return True
 
 
-def write(config, results: dict, workdir: str) -> None:
-  """Writes `truncation_report.md`, `truncation_report.json` and the plot."""
+def write(config, results: dict, workdir: str,
+          clusters: dict[str, str] | None = None) -> None:
+  """Writes `truncation_report.md`, `truncation_report.json` and the plot;
+  `clusters` ({qid: cluster}) adds the cluster-level tests."""
   md, data = ["# Ranked-list truncation", ""], {}
   note = _note(config)
   # The paper's figures are for Robust04; other lists show none.
@@ -245,7 +275,7 @@ def write(config, results: dict, workdir: str) -> None:
         f"Table 3 analogue: random 80/20 splits, seeds {list(config.seeds)}",
         note)
     md += lines + [""]
-    lines, data["comparisons"] = _comparisons(random)
+    lines, data["comparisons"] = _comparisons(random, clusters)
     md += lines + [""]
     lines, data["table2"] = _metric_table(
         random, TABLE2_ROWS, PAPER_TABLE2 if paper else {}, "Table 2 analogue: AttnCut variants",
