@@ -258,6 +258,14 @@ def test_bad_checkpoints_stop_with_one_line_before_anything_is_written(
                      "--text", "river"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and message in err, (message, err)
+  # A tiny random ranker whose 128 embeddings the MiniLM tokenizer's ids
+  # overrun (they would read NaN rows): the same one line.
+  workdir = tmp_path / "w"
+  assert cli.main(["train", "--config", "configs/tiny_cpu.py", "--workdir",
+                   str(workdir), "--config.ranker.overrides={}"]) == 2
+  err = capsys.readouterr().err.strip()
+  assert err.count("\n") == 0 and "more than the model's vocab_size=128" in err
+  assert not workdir.exists()
   fc.write(str(tmp_path / "model"), "bert", classifier=False)
   capsys.readouterr()
   assert cli.main(["score", "--model", str(tmp_path / "model"), "--query",
@@ -407,3 +415,37 @@ def test_bi_encoder_trains_from_a_roberta_model(tmp_path, checkpoint):
   got = np.asarray(bi.embed(jnp.asarray(rows["input_ids"]),
                             jnp.asarray(rows["attention_mask"])))
   np.testing.assert_allclose(got, expected, atol=1e-4, rtol=0)
+
+
+@pytest.mark.slow
+def test_the_real_minilm_exports_within_1e_2_in_half_precision(tmp_path):
+  """On a real checkpoint (MiniLM-L6, 384 wide, its pretrained encoder and a
+  trained head) the export's float16 and bfloat16 logits are within 1e-2 of
+  the logits' scale of best_jax's float32 ones (the tiny random models above
+  need 5e-2 in bfloat16: their rounding, not the export's)."""
+  from best_jax import cli  # pylint: disable=import-outside-toplevel
+  workdir, out = str(tmp_path / "w"), str(tmp_path / "export")
+  assert cli.main(["train", "--config", "configs/tiny_cpu.py", "--workdir",
+                   workdir, "--config.ranker.checkpoint=minilm-l6",
+                   "--config.regimes=['best']"]
+                  + [a for a in TRAIN if "regimes" not in a]) == 0
+  assert cli.main(["export", "--workdir", workdir, "--model", "best-1",
+                   "--out", out]) == 0
+  pairs = [("who wrote the first law of thermodynamics",
+            "Rudolf Clausius stated the first law of thermodynamics in "
+            "1850, building on Joule's experiments."),
+           ("who wrote the first law of thermodynamics",
+            "The river flows through three countries before the sea."),
+           ("capital of norway", "Oslo is the capital of Norway. " * 30)]
+  ours = Reranker.load(out).score_pairs(pairs)
+  tokenizer = transformers.AutoTokenizer.from_pretrained(out)
+  rows = tokenizer([q for q, _ in pairs], [t for _, t in pairs],
+                   padding=True, truncation=True, return_tensors="pt")
+  for dtype in (torch.float16, torch.bfloat16):
+    model = transformers.AutoModelForSequenceClassification.from_pretrained(
+        out, dtype=dtype).eval()
+    with torch.no_grad():
+      logits = model(**rows).logits[:, 0].float().numpy()
+    assert np.isfinite(logits).all(), dtype
+    assert np.abs(logits - ours).max() <= 1e-2 * np.abs(ours).max(), (
+        dtype, logits, ours)

@@ -22,6 +22,7 @@ from best_jax.experiment import longp
 from best_jax.experiment.datasets import SOURCES
 from best_jax.experiment.regimes import REGIMES
 from best_jax.models import families, pretrained
+from best_jax.models.bert_config import BertConfig
 from best_jax.models.qds import HEADS as QDS_HEADS
 from best_jax.models.sparse_attention import PATTERNS as QDS_PATTERNS
 from best_jax.models.weights import check_checkpoint
@@ -258,21 +259,26 @@ def _check_qds(config: ml_collections.ConfigDict) -> None:
 
 def _check_checkpoint(config: ml_collections.ConfigDict) -> None:
   """`config.ranker.checkpoint` must load as the ranker's kind (a tiny
-  random ranker reads only its tokenizer)."""
+  random ranker reads only its tokenizer), its tokenizer's ids must have
+  embeddings and the rows must fit its positions."""
   r = config.ranker
-  if not r.get("tiny"):
-    directory = pretrained.checkpoint_dir(r.get("checkpoint")
-                                          or pretrained.MINILM)
-    overrides = dict(r.get("overrides", {}) or {})
-    kind = r.get("kind", "cross")
+  directory = pretrained.checkpoint_dir(r.get("checkpoint")
+                                        or pretrained.MINILM)
+  overrides = dict(r.get("overrides", {}) or {})
+  kind = r.get("kind", "cross")
+  if r.get("tiny"):
+    model = BertConfig.tiny(**overrides)
+  else:
     check_checkpoint(directory, kind, **overrides)
     model = families.read_config(directory, **overrides)
-    pretrained.check_tokenizer(directory, model.vocab_size)
-    segments = SegmenterConfig(**config.segments.to_dict())
-    rows, name = ((segments.max_len, "config.segments.max_len")
-                  if kind == "cross" else
-                  (segments.text_row_len, "the bi-encoder's segment rows "
-                   "(config.segments.max_len - 1 - max_query_len)"))
-    _require(rows <= model.positions,
-             f"{name} = {rows} tokens exceed the {model.positions} "
-             f"positions of {directory}")
+  # Token ids past the embeddings would read NaN rows, not fail.
+  pretrained.check_tokenizer(directory, model.vocab_size)
+  segments = SegmenterConfig(**config.segments.to_dict())
+  rows, name = ((segments.max_len, "config.segments.max_len")
+                if kind == "cross" else
+                (segments.text_row_len, "the bi-encoder's segment rows "
+                 "(config.segments.max_len - 1 - max_query_len)"))
+  model_name = "the tiny random ranker" if r.get("tiny") else directory
+  _require(rows <= model.positions,
+           f"{name} = {rows} tokens exceed the {model.positions} "
+           f"positions of {model_name}")
