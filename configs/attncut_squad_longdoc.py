@@ -1,7 +1,7 @@
 """AttnCut and baselines on squad_longdoc BM25 top-100 lists, with texts.
 
-squad_longdoc's files come from `prepare` (the BM25 run, qrels and corpus of
-its test questions), into $BEST_JAX_DATA/squad_longdoc:
+squad_longdoc's files come from `prepare` (the BM25 run, qrels, corpus and
+articles (clusters) of its test questions), into $BEST_JAX_DATA/squad_longdoc:
 
   python -m best_jax prepare squad_longdoc \\
       --squad-json ../shared/data/squad/dev-v1.1.json \\

@@ -13,7 +13,7 @@ from flax import nnx
 from best_jax.data import trec
 from best_jax.data.corpus import Document, write_corpus
 from best_jax.experiment.datasets import synthetic_data
-from best_jax.serve.trained import bert_config
+from best_jax.models.pretrained import ranker_config
 from best_jax.train.checkpoint import save_params
 from best_jax.train.state import split_params
 from best_jax.models import CrossEncoderRanker
@@ -28,7 +28,7 @@ STAGES = {"firstp": ("first", "max"), "best1": ("max", "theta0"),
 def random_params(config, seed: int):
   """Random parameters of the config's model; a cross-encoder's head is
   scaled up so that scores spread over several units."""
-  bert = bert_config(config)
+  bert = ranker_config(config.ranker)
   rngs = nnx.Rngs(seed)
   if config.ranker.kind == "bi":
     model = BiEncoderRanker(bert, rngs=rngs)

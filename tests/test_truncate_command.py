@@ -219,14 +219,21 @@ def test_bad_corpus_is_one_line_error_and_writes_nothing(
   assert not output.exists() and not model.exists()
 
 
-def test_bad_cluster_file_stops_before_any_work(trec_files, capsys, tmp_path):
+@pytest.mark.parametrize("text,where", [
+    ("301\ta\n302 b\n", ":2: expected 'qid<TAB>cluster'"),
+    ("301\ta\n301\tb\n", ":2: query '301' is in two clusters"),
+    # A map of other queries would test each query alone.
+    ("".join(f"{301 + q}\ta\n" for q in range(NUM_QUERIES - 1)),
+     f": no cluster for query '{300 + NUM_QUERIES}' (and 0 more)")])
+def test_bad_cluster_file_stops_before_any_work(trec_files, capsys, tmp_path,
+                                                text, where):
   run, qrels, _ = trec_files
   config = _tiny_config(tmp_path, run, qrels)
   clusters = tmp_path / "clusters.tsv"
-  clusters.write_text("301\ta\n302 b\n")
+  clusters.write_text(text)
   workdir = tmp_path / "work"
   assert cli.main(["truncate", "--config", config, "--workdir", str(workdir),
                    f"--config.clusters={clusters}"]) == 2
   err = capsys.readouterr().err.strip()
-  assert len(err.splitlines()) == 1 and f"{clusters}:2:" in err
+  assert len(err.splitlines()) == 1 and f"{clusters}{where}" in err, err
   assert not (workdir / "results").exists()

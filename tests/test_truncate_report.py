@@ -32,7 +32,7 @@ def test_p_values_take_each_query_once_averaged_over_its_splits():
   assert (row["t_test_p"], row["wilcoxon_p"]) == (t_p, w_p)
 
 
-def test_clusters_add_a_test_flipping_whole_articles():
+def test_clusters_add_a_test_flipping_whole_clusters():
   """With a cluster map the comparison adds a randomization test over
   whole clusters of the per-query means: four queries in two articles
   allow only 2^2 sign patterns, so p is at least 2/4; without a map there
@@ -43,8 +43,8 @@ def test_clusters_add_a_test_flipping_whole_articles():
   lines, data = report._comparisons({"f1": per_split}, clusters)  # pylint: disable=protected-access
   row = data["f1/attncut/bicut"]
   assert row["clusters"] == 2 and row["cluster_p"] == 0.5
-  assert "article-level p (clusters)" in lines[2]
+  assert "cluster p (clusters)" in lines[2]
   assert lines[4].endswith(" 0.5 (2) |")
   lines, data = report._comparisons({"f1": per_split}, None)  # pylint: disable=protected-access
   assert "cluster_p" not in data["f1/attncut/bicut"]
-  assert "article" not in lines[2]
+  assert "cluster" not in lines[2]

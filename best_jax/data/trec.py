@@ -13,6 +13,7 @@ import dataclasses
 import math
 import os
 import re
+from collections.abc import Iterable
 
 from best_jax.data.files import atomic_write, read_lines, read_text
 from best_jax.errors import InputError
@@ -138,10 +139,12 @@ def write_qrels(qrels: Qrels, path: str | os.PathLike) -> None:
 
 # --------------------------------------------------------------- clusters
 
-def read_clusters(path: str | os.PathLike) -> dict[str, str]:
+def read_clusters(path: str | os.PathLike,
+                  qids: Iterable[str] = ()) -> dict[str, str]:
   """`{qid: cluster}` from `qid<TAB>cluster` lines (blank lines skipped):
   the groups of queries that are not independent (e.g. squad_longdoc's
-  articles), for `significance.cluster_test`."""
+  articles), for `significance.cluster_test`. Every one of `qids` must have
+  a cluster (a map of other queries would test each query alone)."""
   out = {}
   for number, line in read_lines(path):
     if not line.strip():
@@ -149,7 +152,14 @@ def read_clusters(path: str | os.PathLike) -> dict[str, str]:
     parts = line.split("\t")
     if len(parts) != 2 or not all(p.strip() for p in parts):
       raise InputError("expected 'qid<TAB>cluster'", path, number)
-    out[parts[0].strip()] = parts[1].strip()
+    qid, cluster = parts[0].strip(), parts[1].strip()
+    if out.get(qid, cluster) != cluster:
+      raise InputError(f"query {qid!r} is in two clusters", path, number)
+    out[qid] = cluster
+  missing = [q for q in qids if q not in out]
+  if missing:
+    raise InputError(f"no cluster for query {missing[0]!r} (and "
+                     f"{len(missing) - 1} more)", path)
   if not out:
     raise InputError("no 'qid<TAB>cluster' lines found", path)
   return out

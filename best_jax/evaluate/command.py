@@ -16,8 +16,9 @@ Output forms:
   evaluated in both; `--per-query` adds `"per_query"`/`"compare_per_query"`.
   Beside them, `"cluster_p"`/"cluster p": a paired randomization test that
   flips whole clusters of queries (`significance.cluster_test`), the clusters
-  read from `--clusters FILE` (lines `qid<TAB>cluster`; `best_jax train`
-  writes squad_longdoc's articles to WORKDIR/clusters.tsv), or each query
+  read from `--clusters FILE` (lines `qid<TAB>cluster`, one for every query
+  compared; squad_longdoc's articles: `best_jax prepare`'s
+  clusters.{split}.tsv or `best_jax train`'s WORKDIR/clusters.tsv), or each query
   its own cluster without it (said so); `"clusters"`: `{"unit", "count"}`.
 Everything is computed before anything is printed, so an error prints no
 partial output.
@@ -30,7 +31,6 @@ import json
 import math
 
 from best_jax.data import trec
-from best_jax.errors import InputError
 from best_jax.evaluate import significance
 from best_jax.evaluate import trec_eval
 
@@ -52,7 +52,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       help="a second run: its means and paired p-values")
   parser.add_argument("--clusters", metavar="FILE",
                       help="with --compare: 'qid<TAB>cluster' lines (e.g. "
-                      "WORKDIR/clusters.tsv, squad_longdoc's articles) for "
+                      "squad_longdoc's articles: D/clusters.test.tsv or "
+                      "WORKDIR/clusters.tsv) for "
                       "the cluster randomization test; default: each query "
                       "its own cluster")
 
@@ -71,12 +72,8 @@ def main(args: argparse.Namespace) -> int:
       trec.read_run(args.compare), qrels, metrics,
       relevance_level=args.relevance_level)
   tests = [significance.paired_test(per_query, per_query_b, m) for m in metrics]
-  of = None if args.clusters is None else trec.read_clusters(args.clusters)
-  if of is not None:
-    missing = [q for q in per_query if q in per_query_b and q not in of]
-    if missing:
-      raise InputError(f"no cluster for query {missing[0]!r} (and "
-                       f"{len(missing) - 1} more)", args.clusters)
+  of = None if args.clusters is None else trec.read_clusters(
+      args.clusters, [q for q in per_query if q in per_query_b])
   clustered = [significance.cluster_test(
       {q: v[m] for q, v in per_query.items()},
       {q: v[m] for q, v in per_query_b.items()}, of, "cluster")

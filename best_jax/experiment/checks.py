@@ -22,7 +22,6 @@ from best_jax.experiment import longp
 from best_jax.experiment.datasets import SOURCES
 from best_jax.experiment.regimes import REGIMES
 from best_jax.models import families, pretrained
-from best_jax.models.bert_config import BertConfig
 from best_jax.models.qds import HEADS as QDS_HEADS
 from best_jax.models.sparse_attention import PATTERNS as QDS_PATTERNS
 from best_jax.models.weights import check_checkpoint
@@ -266,19 +265,22 @@ def _check_checkpoint(config: ml_collections.ConfigDict) -> None:
                                         or pretrained.MINILM)
   overrides = dict(r.get("overrides", {}) or {})
   kind = r.get("kind", "cross")
-  if r.get("tiny"):
-    model = BertConfig.tiny(**overrides)
-  else:
+  tiny = bool(r.get("tiny"))
+  if not tiny:
     check_checkpoint(directory, kind, **overrides)
-    model = families.read_config(directory, **overrides)
+  model = pretrained.ranker_config(r)
   # Token ids past the embeddings would read NaN rows, not fail.
-  pretrained.check_tokenizer(directory, model.vocab_size)
+  pretrained.check_tokenizer(
+      directory, model.vocab_size,
+      "the tiny random ranker's (config.ranker.overrides)" if tiny
+      else "the model's")
   segments = SegmenterConfig(**config.segments.to_dict())
   rows, name = ((segments.max_len, "config.segments.max_len")
                 if kind == "cross" else
                 (segments.text_row_len, "the bi-encoder's segment rows "
                  "(config.segments.max_len - 1 - max_query_len)"))
-  model_name = "the tiny random ranker" if r.get("tiny") else directory
+  model_name = ("the tiny random ranker (config.ranker.overrides)" if tiny
+                else directory)
   _require(rows <= model.positions,
            f"{name} = {rows} tokens exceed the {model.positions} "
            f"positions of {model_name}")

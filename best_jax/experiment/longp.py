@@ -48,8 +48,7 @@ def row_length(config: ml_collections.ConfigDict, positions: int) -> int:
 def check(config: ml_collections.ConfigDict) -> None:
   """`row_length`'s InputError, from `config.ranker`'s checkpoint (or tiny
   model) alone: before anything is trained or written."""
-  row_length(config, pretrained.bert_config(
-      "config", config.ranker, "float32", "float32").positions)
+  row_length(config, pretrained.ranker_config(config.ranker).positions)
 
 
 def long_config(config: ml_collections.ConfigDict,

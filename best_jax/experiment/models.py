@@ -83,7 +83,7 @@ def _model(config: ml_collections.ConfigDict) -> nnx.Module:
   bi = dict(similarity=r.get("similarity", "cosine"),
             scale=r.get("scale", 20.0))
   if r.get("tiny"):
-    bert = BertConfig.tiny(**overrides)
+    bert = pretrained_lib.ranker_config(r)
     return (BiEncoderRanker(bert, rngs=rngs, **bi) if r.kind == "bi"
             else CrossEncoderRanker(bert, rngs=rngs))
   checkpoint = pretrained_lib.checkpoint_dir(r.get("checkpoint")

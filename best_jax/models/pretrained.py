@@ -49,10 +49,11 @@ TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json",
                    "tokenizer.model")
 
 
-def check_tokenizer(directory: str, vocab_size: int) -> None:
+def check_tokenizer(directory: str, vocab_size: int,
+                    model: str = "the model's") -> None:
   """Raises InputError unless `directory` holds a tokenizer whose ids the
-  model's `vocab_size` embeddings cover and which has the [CLS], [SEP] and
-  padding tokens that rows are built from."""
+  `vocab_size` embeddings of `model` cover and which has the [CLS], [SEP]
+  and padding tokens that rows are built from."""
   if not any(os.path.isfile(os.path.join(directory, name))
              for name in TOKENIZER_FILES):
     raise InputError("no tokenizer (none of " + ", ".join(TOKENIZER_FILES)
@@ -65,23 +66,33 @@ def check_tokenizer(directory: str, vocab_size: int) -> None:
                      directory) from None
   if len(tokenizer) > vocab_size:
     raise InputError(
-        f"the tokenizer has {len(tokenizer)} tokens, more than the model's "
+        f"the tokenizer has {len(tokenizer)} tokens, more than {model} "
         f"vocab_size={vocab_size}", directory)
   for role in ("cls", "sep", "pad"):
     if getattr(tokenizer, f"{role}_token_id") is None:
       raise InputError(f"the tokenizer has no {role} token", directory)
 
 
+def ranker_config(ranker, **numerics) -> BertConfig:
+  """The encoder `config.ranker` builds: a tiny random BERT (`tiny`) or its
+  checkpoint's family config, with `overrides` (and `numerics`)."""
+  overrides = dict(ranker.get("overrides", {}) or {}, **numerics)
+  if ranker.get("tiny"):
+    return BertConfig.tiny(**overrides)
+  return families.read_config(
+      checkpoint_dir(ranker.get("checkpoint") or MINILM), **overrides)
+
+
 def bert_config(name: str, ranker, dtype: str, param_dtype: str
                 ) -> BertConfig:
-  """`base` (BERT-base), `tiny`, `config` (the `ranker` config's
-  checkpoint), or a checkpoint directory, with the given numerics."""
+  """`base` (BERT-base), `tiny`, `config` (`ranker_config(ranker)`), or a
+  checkpoint directory, with the given numerics."""
   numerics = dict(dtype=jnp.dtype(dtype), param_dtype=jnp.dtype(param_dtype))
   if name == "base":
     return BertConfig(**numerics)
-  if name == "tiny" or (name == "config" and ranker.get("tiny")):
+  if name == "config":
+    return ranker_config(ranker, **numerics)
+  if name == "tiny":
     overrides = dict(ranker.get("overrides", {}) or {})
     return BertConfig.tiny(**dict(overrides, **numerics))
-  if name == "config":
-    name = checkpoint_dir(ranker.get("checkpoint") or MINILM)
   return families.read_config(name, **numerics)

@@ -35,7 +35,7 @@ from best_jax.data.files import read_text
 from best_jax.errors import InputError
 from best_jax.experiment import longp
 from best_jax.models import BertConfig, CrossEncoderRanker
-from best_jax.models import families, pretrained
+from best_jax.models import pretrained
 from best_jax.models.bi_encoder import BiEncoderRanker
 from best_jax.segments.config import SegmenterConfig
 from best_jax.train.checkpoint import load_params
@@ -144,16 +144,6 @@ def stage_and_key(name: str, config: ml_collections.ConfigDict,
                    f"{', '.join(MODEL_NAMES)} (best-0 is θ0)")
 
 
-def bert_config(config: ml_collections.ConfigDict) -> BertConfig:
-  """The encoder architecture of `config.ranker` (as the experiment builds
-  it: a tiny random BERT, or the checkpoint's, with `overrides`)."""
-  r = config.ranker
-  overrides = dict(r.get("overrides", {}) or {})
-  if r.get("tiny"):
-    return BertConfig.tiny(**overrides)
-  return families.read_config(tokenizer_dir(config), **overrides)
-
-
 def tokenizer_dir(config: ml_collections.ConfigDict) -> str:
   """The checkpoint directory whose tokenizer the experiment used."""
   return pretrained.checkpoint_dir(config.ranker.get("checkpoint")
@@ -185,7 +175,7 @@ def from_workdir(workdir: str | os.PathLike, name: str) -> TrainedModel:
   if key not in keys:
     raise InputError(f"stage {stage!r} has no parameters {key!r} (it has "
                      f"{', '.join(keys)})", os.fspath(record_path))
-  bert = bert_config(config)
+  bert = pretrained.ranker_config(config.ranker)
   if stage == "longp":  # Its own rows: the first `longp.max_len` tokens.
     config = longp.long_config(config, bert.positions)
   _, like = abstract_params(

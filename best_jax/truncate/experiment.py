@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Iterable
 
 import ml_collections
 import numpy as np
@@ -152,8 +153,8 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> None:
   method[, number of splits])` (method-major, so the main comparison over all
   splits finishes before the variants start).
   """
-  clusters(config)  # A bad cluster file stops before any work.
   ranked = lists.read(config.run, config.qrels, config.depth)
+  clusters(config, ranked.qids)  # A bad cluster file stops before any work.
   texts = (features.corpus_texts(config.corpus, ranked.docids, config.run)
            if config.get("corpus") else None)
   features_qnf = features.list_features(ranked.scores_qn, ranked.mask_qn,
@@ -188,10 +189,12 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> None:
   write_report(config, workdir)
 
 
-def clusters(config: ml_collections.ConfigDict) -> dict[str, str] | None:
-  """`{qid: cluster}` from `config.clusters` (`qid<TAB>cluster` lines), or
-  None where the config names none."""
-  return trec.read_clusters(config.clusters) if config.get("clusters") else None
+def clusters(config: ml_collections.ConfigDict, qids: Iterable[str]
+             ) -> dict[str, str] | None:
+  """`{qid: cluster}` from `config.clusters` (`qid<TAB>cluster` lines, one
+  for each of `qids`), or None where the config names none."""
+  return (trec.read_clusters(config.clusters, qids)
+          if config.get("clusters") else None)
 
 
 def write_report(config: ml_collections.ConfigDict, workdir: str) -> None:
@@ -204,4 +207,6 @@ def write_report(config: ml_collections.ConfigDict, workdir: str) -> None:
         split, metric = file[:-len(".json")].rsplit("_", 1)
         results.setdefault(protocol, {}).setdefault(metric, {})[split] = (
             json.loads(read_text(os.path.join(root, protocol, file))))
-  report.write(config, results, workdir, clusters(config))
+  tested = {q for protocol in results.values() for metric in protocol.values()
+            for result in metric.values() for q in result["qids"]}
+  report.write(config, results, workdir, clusters(config, sorted(tested)))

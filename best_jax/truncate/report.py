@@ -94,16 +94,6 @@ def _test(a: dict, b: dict) -> significance.PairedTest:
   return significance.paired_test(*by_query(a, b), "value")
 
 
-def _cluster_test(a: dict, b: dict, clusters: dict[str, str]
-                  ) -> significance.ClusterTest:
-  """The paired randomization test flipping whole clusters (articles) of
-  the distinct queries' values."""
-  per_a, per_b = by_query(a, b)
-  return significance.cluster_test(
-      {q: v["value"] for q, v in per_a.items()},
-      {q: v["value"] for q, v in per_b.items()}, clusters)
-
-
 def _p(a: dict | None, b: dict | None, kind="wilcoxon_p"):
   if a is None or b is None:
     return None
@@ -147,7 +137,7 @@ def _comparisons(per_metric: dict, clusters: dict[str, str] | None
   """AttnCut vs Greedy-k, BiCut and Choppy: t-test and Wilcoxon over the
   distinct queries, and with `clusters` ({qid: cluster}) a randomization
   test over whole clusters."""
-  extra = (" article-level p (clusters) |", " --- |") if clusters else ("", "")
+  extra = (" cluster p (clusters) |", " --- |") if clusters else ("", "")
   lines = ["### AttnCut against the other learned/greedy cut-offs", "",
            "| metric | comparison | AttnCut | other | paired t p | Wilcoxon p "
            "| queries |" + extra[0],
@@ -161,7 +151,8 @@ def _comparisons(per_metric: dict, clusters: dict[str, str] | None
     b = _summary(per_metric.get(metric, {}), other)
     if a is None or b is None:
       continue
-    test = _test(a, b)
+    per_a, per_b = by_query(a, b)
+    test = significance.paired_test(per_a, per_b, "value")
     data[f"{metric}/{mine}/{other}"] = {
         "attncut": test.mean_a, "other": test.mean_b,
         "t_test_p": test.t_test_p, "wilcoxon_p": test.wilcoxon_p,
@@ -171,15 +162,18 @@ def _comparisons(per_metric: dict, clusters: dict[str, str] | None
             f"{test.t_test_p:.3g} | {test.wilcoxon_p:.3g} | "
             f"{test.num_queries} |")
     if clusters:
-      grouped = _cluster_test(a, b, clusters)
+      grouped = significance.cluster_test(
+          {q: v["value"] for q, v in per_a.items()},
+          {q: v["value"] for q, v in per_b.items()}, clusters, "cluster")
       data[f"{metric}/{mine}/{other}"].update(
           cluster_p=grouped.p, clusters=grouped.num_clusters)
       line += f" {grouped.p:.3g} ({grouped.num_clusters}) |"
     lines.append(line)
   if clusters:
-    lines += ["", "Article-level p: a paired randomization test flipping the "
-              "summed differences of whole clusters of queries (the "
-              "questions of one article are not independent)."]
+    lines += ["", "Cluster p: a paired randomization test flipping the summed "
+              "differences of whole clusters of queries (config.clusters; "
+              "squad_longdoc's are articles, whose questions are not "
+              "independent)."]
   return lines, data
 
 
