@@ -61,7 +61,7 @@ the per-split means, score-derived features only:
 Rerun of the same command and schedule in one invocation (2026-12-06, at
 d610d03, 35 min on the 2 cores, peak RSS 2.0 GiB), with one value per
 distinct query in every test: Oracle 0.4434, Greedy-k 0.3012, BiCut 0.2967
-(both equal to the digit), Choppy 0.3122 ± 0.0158, AttnCut 0.3296 ± 0.0179
+(all three equal to the digit), Choppy 0.3122 ± 0.0158, AttnCut 0.3296 ± 0.0179
 (AttnCut / Oracle 0.7434). AttnCut vs Greedy-k / BiCut / Choppy over the
 172 distinct test queries (each query's mean over its splits; AttnCut
 0.3301 vs 0.3034 / 0.2969 / 0.3143): paired t p = 0.00025 / 0.00009 /
