@@ -237,3 +237,41 @@ def test_bad_cluster_file_stops_before_any_work(trec_files, capsys, tmp_path,
   err = capsys.readouterr().err.strip()
   assert len(err.splitlines()) == 1 and f"{clusters}{where}" in err, err
   assert not (workdir / "results").exists()
+
+
+def _results(workdir):
+  """Every split's results with the wall-clock training times left out."""
+  root = workdir / "results" / "random"
+  out = {}
+  for name in sorted(os.listdir(root)):
+    result = json.loads((root / name).read_text())
+    result.pop("train_seconds")
+    out[name] = result
+  return out
+
+
+@pytest.mark.slow
+def test_a_resumed_experiment_equals_an_uninterrupted_one(trec_files,
+                                                          tmp_path):
+  """The first invocation stops after AttnCut on F1; rerunning the full
+  schedule adds the rest and gives the one-shot run's results exactly."""
+  run, qrels, _ = trec_files
+  config = _tiny_config(tmp_path, run, qrels)
+  schedule = ('--config.schedule=(("random","f1","baselines"),'
+              '("random","f1","attncut"),("random","f1","bicut"),'
+              '("random","dcg","baselines"),("random","dcg","choppy"))')
+  once, resumed = tmp_path / "once", tmp_path / "resumed"
+  assert cli.main(["truncate", "--config", config, "--workdir", str(once),
+                   schedule]) == 0
+  assert cli.main(["truncate", "--config", config, "--workdir", str(resumed),
+                   '--config.schedule=(("random","f1","baselines"),'
+                   '("random","f1","attncut"))']) == 0
+  first = _results(resumed)
+  assert set(first) == {"seed0_f1.json", "seed1_f1.json"}
+  assert all("attncut" in r["methods"] and "bicut" not in r["methods"]
+             for r in first.values())
+  assert cli.main(["truncate", "--config", config, "--workdir", str(resumed),
+                   schedule]) == 0
+  assert _results(resumed) == _results(once)
+  assert json.loads((resumed / "truncation_report.json").read_text()) == \
+      json.loads((once / "truncation_report.json").read_text())
