@@ -44,12 +44,14 @@ questions per split; docs/results.md, newest section):
   AttnCut / Oracle = 0.877 (F1). Over the 1,491 distinct test questions
   (10 articles), AttnCut vs Greedy-k / BiCut / Choppy on F1: t p = 0.446 /
   0.233 / 0.446, Wilcoxon 0.578 / 0.022 (BiCut ahead) / 0.578, article p
-  0.5 / 0.324 / 0.5; on DCG no difference (p = 1 but t vs Choppy, 0.317).
+  0.5 / 0.324 / 0.5; on DCG no significant difference (p = 1 but t vs
+  Choppy, 0.317).
 
 An earlier run (2026-12-02, pooled-pair tests) gave AttnCut 0.7913 ± 0.0111
-and BiCut 0.7970 ± 0.0146 on F1 (the other cells equal); with score features
-only (`:cpu,scores`) AttnCut 0.7900 ± 0.0101 and BiCut 0.7897 ± 0.0102, every
-learned model at (or next to) Greedy-k's k = 1.
+and BiCut 0.7970 ± 0.0146 on F1 (the other F1 cells equal; it ran no DCG).
+With score features only (`:cpu,scores`, that day, not rerun) AttnCut
+0.7900 ± 0.0101 and BiCut 0.7897 ± 0.0102, every learned model at (or next
+to) Greedy-k's k = 1.
 """
 
 import os
