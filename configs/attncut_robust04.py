@@ -95,6 +95,21 @@ Figures of `:cpu` (load 5-7; F1@k / ±1 DCG@k; every method on all 5 splits):
   Recall constraint (F1 target, 5 splits), AttnCut F1 / R@k / queries of 50
   meeting σ: σ=0 0.3112 / 0.3988 / 50; 0.3 0.3148 / 0.4997 / 39.8;
   0.5 0.3095 / 0.6385 / 38.2; 0.7 0.2747 / 0.7896 / 35.6.
+
+Rerun of `:cpu` with the default's four-entry schedule (F1, random splits)
+and distinct-query tests (2026-12-07, at 7c51f81, 12 min 36 s alone):
+
+  python -m best_jax truncate --config configs/attncut_robust04.py:cpu \
+      --workdir W --config.schedule='(("random","f1","baselines"),
+      ("random","f1","attncut"),("random","f1","bicut"),
+      ("random","f1","choppy"))'
+
+  Greedy-k 0.3012 ± 0.0174, BiCut 0.2941 ± 0.0360, Choppy 0.3088 ± 0.0235,
+  AttnCut 0.3126 ± 0.0122 (AttnCut / Oracle 0.7050). Over the 172 distinct
+  test queries, AttnCut vs Greedy-k / BiCut / Choppy: paired t p = 0.135 /
+  0.0135 / 0.31, Wilcoxon p = 0.725 / 0.0111 / 0.393. BiCut and Choppy
+  moved from the figures above by +0.0026 / -0.0034 (AttnCut by -0.0001);
+  the cause was not isolated.
 """
 
 import os
