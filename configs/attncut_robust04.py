@@ -26,8 +26,8 @@ not free of that choice; none is changed on a test figure again. The
 report's p-values compare one value per distinct query (its mean over the
 splits that test it): the random splits' 250 test lists are 172 distinct
 queries. The first figures below were computed over the 250 (split,
-query) pairs, before that change; the rerun after them has the
-distinct-query tests.
+query) pairs, before that change; the two reruns below them (default and
+`:cpu` sizes) have the distinct-query tests.
 
 Figures of the default (the paper's sizes; 2026-12-02, 2 CPU cores shared
 with other jobs, about 44 min over two invocations): random 80/20 splits, seeds 0-4, F1@k, mean ± std of
@@ -96,8 +96,9 @@ Figures of `:cpu` (load 5-7; F1@k / ±1 DCG@k; every method on all 5 splits):
   meeting σ: σ=0 0.3112 / 0.3988 / 50; 0.3 0.3148 / 0.4997 / 39.8;
   0.5 0.3095 / 0.6385 / 38.2; 0.7 0.2747 / 0.7896 / 35.6.
 
-Rerun of `:cpu` with the default's four-entry schedule (F1, random splits)
-and distinct-query tests (2026-12-07, at 7c51f81, 12 min 36 s alone):
+Rerun of `:cpu` with the four-entry schedule of the default-size run above (F1, random splits)
+and distinct-query tests (2026-12-07, at e913231, code as at 7c51f81, 12 min
+36 s alone):
 
   python -m best_jax truncate --config configs/attncut_robust04.py:cpu \
       --workdir W --config.schedule='(("random","f1","baselines"),

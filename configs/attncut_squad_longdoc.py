@@ -51,12 +51,13 @@ An earlier run (2026-12-02, pooled-pair tests) gave AttnCut 0.7913 ± 0.0111
 and BiCut 0.7970 ± 0.0146 on F1 (the other F1 cells equal; it ran no DCG).
 With score features only (`:cpu,scores`, that day) AttnCut 0.7900 ±
 0.0101 and BiCut 0.7897 ± 0.0102, every learned model at (or next to)
-Greedy-k's k = 1. Rerun 2026-12-07 at 7c51f81 (`:cpu,scores`, the command
+Greedy-k's k = 1. Rerun 2026-12-07 at e913231 (`:cpu,scores`, the command
 above without `--config.corpus`, 19 min alone): the same figures to the
 digit, and over the 1,491 distinct test questions AttnCut vs Greedy-k /
-BiCut / Choppy on F1 t p = 0.411, Wilcoxon 0.625, article p = 1. That
-points to the text features as the source of the learned models' move
-with them (above); not confirmed in the old environment.
+BiCut / Choppy on F1 t p = 0.411, Wilcoxon 0.625, article p = 1. This is
+consistent with the text features as the source of the learned models'
+move with them (above) but not evidence for it: these score-only models
+collapse to k of about 1, and on Robust04 score-only models moved.
 """
 
 import os
