@@ -96,11 +96,11 @@ Figures of `:cpu` (load 5-7; F1@k / ±1 DCG@k; every method on all 5 splits):
   meeting σ: σ=0 0.3112 / 0.3988 / 50; 0.3 0.3148 / 0.4997 / 39.8;
   0.5 0.3095 / 0.6385 / 38.2; 0.7 0.2747 / 0.7896 / 35.6.
 
-Rerun of `:cpu` with the four-entry schedule of the default-size run above (F1, random splits)
-and distinct-query tests (2026-12-07, at e913231, code as at 7c51f81, 12 min
-36 s alone):
+Rerun of `:cpu` with the four-entry schedule of the default-size run
+above (F1, random splits) and distinct-query tests (2026-12-07, at
+e913231, code as at 7c51f81, 12 min 36 s alone):
 
-  python -m best_jax truncate --config configs/attncut_robust04.py:cpu \
+  python -m best_jax truncate --config configs/attncut_robust04.py:cpu \\
       --workdir W --config.schedule='(("random","f1","baselines"),
       ("random","f1","attncut"),("random","f1","bicut"),
       ("random","f1","choppy"))'
