@@ -427,10 +427,11 @@ def test_the_real_minilm_exports_within_1e_2_in_half_precision(tmp_path):
   need 5e-2 in bfloat16: their rounding, not the export's)."""
   from best_jax import cli  # pylint: disable=import-outside-toplevel
   workdir, out = str(tmp_path / "w"), str(tmp_path / "export")
-  # FirstP's two steps train the head; BeST's models export through the
-  # same code (`test_train_from_each_family_then_export_loads_in_transformers`
-  # exports BeST-1 of each family), and training them from MiniLM would add
-  # minutes to the suite.
+  # FirstP's two steps train the model and its new head; BeST's models
+  # export through the same code
+  # (`test_train_from_each_family_then_export_loads_in_transformers` exports
+  # BeST-1 of each family), and training them from MiniLM would add minutes
+  # to the suite.
   assert cli.main(["train", "--config", "configs/tiny_cpu.py", "--workdir",
                    workdir, "--config.ranker.checkpoint=minilm-l6",
                    "--config.regimes=['firstp']"]
