@@ -223,19 +223,19 @@ def loss_and_gradients(sums_fn: SumsFn, params: Any, batch: Batch,
     return value_and_grad(batch, key)
   micro = micro_batches(batch, accumulation_steps, batch_sharding)
 
-  def accumulate(total, x):
+  def accumulate(carry, x):
     index, micro_batch = x
     sums, grads, aux = value_and_grad(micro_batch,
                                       jax.random.fold_in(key, index))
-    total = jax.tree.map(lambda a, b: a + b.astype(a.dtype), total, grads)
-    return total, (sums, aux)
+    carry = jax.tree.map(lambda a, b: a + b.astype(a.dtype), carry,
+                         (sums, grads))
+    return carry, aux
 
-  # The gradient total starts at zero in each parameter's accumulator dtype
-  # (its shape and dtype known without tracing the model a second time).
-  zeros = jax.tree.map(lambda p: jnp.zeros(p.shape, _accumulator(p)), params)
-  grads, (sums, aux) = jax.lax.scan(
-      accumulate, zeros, (jnp.arange(accumulation_steps), micro))
-  sums = jax.tree.map(lambda s: jnp.sum(s, axis=0), sums)  # [k] -> total
+  first = jax.tree.map(lambda a: a[0], micro)
+  shapes = jax.eval_shape(lambda: value_and_grad(first, key)[:2])
+  init = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+  (sums, grads), aux = jax.lax.scan(
+      accumulate, init, (jnp.arange(accumulation_steps), micro))
   return sums, grads, jax.tree.map(_merge_micro, aux)
 
 
