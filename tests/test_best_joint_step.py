@@ -25,10 +25,10 @@ from fakes import tiny_config
 
 @pytest.fixture(scope="module")
 def trainer():
-  """A tiny ranker on a 1-device mesh (compiles fastest; the end-to-end test
-  covers 8 devices)."""
+  """A tiny one-layer ranker on a 1-device mesh (compiles fastest; the
+  end-to-end test covers 8 devices and two layers)."""
   config = load_config("configs/tiny_cpu.py")
-  model_config = BertConfig.tiny()
+  model_config = BertConfig.tiny(num_layers=1)
   mesh = make_mesh((1, 1), ("data", "model"), jax.devices()[:1])
   return build_trainer(lambda rngs: CrossEncoderRanker(model_config,
                                                        rngs=rngs), config,
@@ -133,7 +133,8 @@ def test_joint_step_accumulates_micro_batches_like_one_batch(monkeypatch):
   # eps = 1 makes AdamW's first update ~ -lr * gradient (not ~ -lr * sign),
   # so parameters after one step compare the gradients' values.
   config.optimizer.eps = 1.0
-  model_config = BertConfig.tiny(hidden_dropout=0.0, attention_dropout=0.0)
+  model_config = BertConfig.tiny(num_layers=1, hidden_dropout=0.0,
+                                 attention_dropout=0.0)
   mesh = make_mesh((1, 1), ("data", "model"), jax.devices()[:1])
   trainer = build_trainer(lambda rngs: CrossEncoderRanker(model_config,
                                                           rngs=rngs), config,
@@ -183,7 +184,8 @@ def test_the_joint_step_honours_in_batch_negatives():
   loss on θ⁽⁰⁾'s picks: with `in_batch_negatives`, over the batch's other
   segments too (dropout off: the same numbers)."""
   config = tiny_config()
-  model_config = BertConfig.tiny(hidden_dropout=0.0, attention_dropout=0.0)
+  model_config = BertConfig.tiny(num_layers=1, hidden_dropout=0.0,
+                                 attention_dropout=0.0)
   mesh = make_mesh((1, 1), ("data", "model"), jax.devices()[:1])
   trainer = build_trainer(lambda rngs: BiEncoderRanker(model_config,
                                                        rngs=rngs), config,
