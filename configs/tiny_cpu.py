@@ -58,6 +58,14 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       # test_train_steps.py and test_multidevice.py cover the groups).
       unpadded=True,
       attention_groups=1,
+      # One stream size per stage (the product's default is up to
+      # `token_budget.MAX_BUDGETS`, 3): each size is one more trace and
+      # compile of the stage's step, which a few steps do not win back
+      # (tests/fakes.py's tiny experiment, warm compilation cache, beside a
+      # training run on the 2-core dev VM: 52-57 s with one, 65-72 s with
+      # three). That experiment keeps three, so the fault and multi-process
+      # tests run steps at several sizes.
+      max_budgets=1,
   ))
 
   # A random BertConfig.tiny() ranker with the MiniLM tokenizer's vocabulary,

@@ -70,9 +70,14 @@ def synthetic_batch(index: int, *, batch_size: int, group_size: int,
 # (a warm run: 30 s on 4 devices, 41 s on 8). Two micro-batches per step,
 # so that the balance of each data shard's examples over them
 # (`token_budget.balance_micro_batches`) is on the path those tests check:
-# the same run files after a kill, and on 2 processes × 2 devices.
+# the same run files after a kill, and on 2 processes × 2 devices; up to
+# three stream sizes per stage (`train.max_budgets`; the tiny config's one
+# saves compiling elsewhere), so that the processes agree on each batch's
+# size (`UnpaddedSteps.agreed_fit`) and a resumed stage chooses the sizes
+# again.
 TINY_EXPERIMENT = ["train", "--config", "configs/tiny_cpu.py",
                    "--config.train.accumulation_steps=2",
+                   "--config.train.max_budgets=3",
                    "--config.regimes=['firstp','maxp','best']",
                    "--config.best.max_iterations=2",
                    "--config.birch.enabled=False",

@@ -265,6 +265,7 @@ def test_bad_input_stops_before_anything_is_written(tmp_path, capsys):
       (["--config.train.num_steps=0"], "num_steps=0 must be at least 1"),
       (["--config.train.batch_size=6"], "not a multiple of the 8"),
       (["--config.train.attention_groups=9"], "attention_groups=9 must be"),
+      (["--config.train.max_budgets=0"], "max_budgets=0 must be"),
       (["--config.regimes=['firstp','nope']"], "unknown regime 'nope'"),
       (["--config.ranker.kind=mono"], "ranker.kind='mono'"),
       (["--config.qds.head=mlp"], "qds.head='mlp'"),

@@ -564,8 +564,7 @@ def test_a_second_budget_only_when_it_saves_enough():
   assert _chosen(batches, steps=1, shards=1) == (128, 192)
   with mock.patch.object(token_budget, "MIN_SAVING", 0.1):
     assert _chosen(batches, steps=1, shards=1) == (128,)
-  with mock.patch.object(token_budget, "MAX_BUDGETS", 1):
-    assert _chosen(batches, steps=1, shards=1) == (128,)
+  assert _chosen(batches, steps=1, shards=1, max_budgets=1) == (128,)
 
 
 def test_unpadded_steps_run_the_smallest_budget_that_fits():
@@ -711,8 +710,7 @@ def test_a_third_size_only_when_it_saves_enough():
   assert _chosen(batches, steps=1, shards=1) == (128, 256, 384)
   with mock.patch.object(token_budget, "MIN_SAVING", 0.3):
     assert _chosen(batches, steps=1, shards=1) == (256,)
-  with mock.patch.object(token_budget, "MAX_BUDGETS", 2):
-    assert len(_chosen(batches, steps=1, shards=1)) == 2
+  assert len(_chosen(batches, steps=1, shards=1, max_budgets=2)) == 2
   # Two sizes tried of the three: the smallest and the largest.
   with mock.patch.object(token_budget, "CANDIDATE_SIZES", 2):
     assert _chosen(batches, steps=1, shards=1) == (128, 384)
@@ -737,8 +735,7 @@ def test_two_budgets_can_pass_where_neither_alone_saves_enough():
     return [{"attention_mask": np.arange(2048) < length}] * 2
   batches = [batch(1952)] * 19 + [batch(1024)]
   assert _chosen(batches, steps=1, shards=1) == (2048, 3904)
-  with mock.patch.object(token_budget, "MAX_BUDGETS", 1):
-    assert _chosen(batches, steps=1, shards=1) is None
+  assert _chosen(batches, steps=1, shards=1, max_budgets=1) is None
 
 
 def test_the_largest_budget_bounds_every_budget_a_run_chooses():

@@ -46,7 +46,7 @@ THETA0 = ("joint", "pretrained")
 # `optimizer.total_steps` says.
 _NOT_MODEL = ("train.log_every", "train.checkpoint_every", "train.max_to_keep",
               "optimizer.total_steps", "train.unpadded",
-              "train.attention_groups",
+              "train.attention_groups", "train.max_budgets",
               "eval.rows_per_call", "eval.depth", "best.max_iterations",
               "best.evaluate_theta0", "mesh.", "logical_axis_rules", "birch.",
               "regimes", "interpolate.", "peer.")
@@ -202,6 +202,10 @@ def check_config(config: ml_collections.ConfigDict) -> jax.sharding.Mesh:
            1 <= groups <= token_budget.ATTENTION_GROUPS,
            f"config.train.attention_groups={groups!r} must be a whole number "
            f"from 1 to {token_budget.ATTENTION_GROUPS}")
+  budgets = t.get("max_budgets", token_budget.MAX_BUDGETS)
+  _require(isinstance(budgets, int) and not isinstance(budgets, bool) and
+           budgets >= 1, f"config.train.max_budgets={budgets!r} must be a "
+           "whole number, at least 1")
   _require(t.group_size >= 2, f"config.train.group_size={t.group_size} must "
            "be at least 2 (a positive and a negative)")
   _require(t.patience >= 0, f"config.train.patience={t.patience} must be >= 0")

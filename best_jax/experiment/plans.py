@@ -73,6 +73,7 @@ def _unpadded_budgets(config: ml_collections.ConfigDict, ranker: Ranker,
       steps=t.get("accumulation_steps", 1),
       shards=token_budget.data_shards(ranker.trainer.batch_sharding),
       attention_groups=t.get("attention_groups", 1),
+      max_budgets=t.get("max_budgets", token_budget.MAX_BUDGETS),
       attention_weight=token_budget.attention_weight_of(ranker.encoder))
 
 

@@ -10,11 +10,12 @@ on squad_longdoc `:cpu` at 4 micro-batches, the joint step's padding falls
 from 20.8% to 13.2% of FLOPs); it changes the dropout draws, so the
 experiment records it (`experiment.checks.balances_micro_batches`).
 `choose_budgets` picks, from `SAMPLE_BATCHES` batches spread over the
-schedule (`sample_batches`), up to `MAX_BUDGETS` stream sizes T per unit
-and, for each, how many rows attention takes at each of `ATTENTION_GROUPS`
-lengths (the most its batches' units had above each length plus
-`ROW_SLACK`, and at least a smaller size's, in at most
-`train.attention_groups` non-empty groups, the cheapest for those rows):
+schedule (`sample_batches`), up to `train.max_budgets` (default
+`MAX_BUDGETS`) stream sizes T per unit and, for each, how many rows
+attention takes at each of `ATTENTION_GROUPS` lengths (the most its
+batches' units had above each length plus `ROW_SLACK`, and at least a
+smaller size's, in at most `train.attention_groups` non-empty groups, the
+cheapest for those rows):
 the sizes that encode the sample in the fewest FLOPs (the dense layers'
 per token, attention's per row and squared length: `attention_weight`),
 a batch that fits none counted padded. Batches with more tokens tend to
@@ -55,8 +56,8 @@ from best_jax.train import distributed
 
 # `choose_budgets`' rules: a sample of SAMPLE_BATCHES batches; stream sizes
 # in multiples of MULTIPLE, CANDIDATE_SIZES of the sample's tried (its
-# largest always), at most MAX_BUDGETS of them, each beyond the first kept
-# only when it saves MIN_SAVING of the FLOPs.
+# largest always), at most MAX_BUDGETS of them by default, each beyond the
+# first kept only when it saves MIN_SAVING of the FLOPs.
 SAMPLE_BATCHES = 128
 MULTIPLE = 64
 MAX_BUDGETS = 3
@@ -250,8 +251,9 @@ def largest_budget(example_tokens: int, batch_size: int, *, steps: int,
 
 def choose_budgets(batches: Iterable[list[Mapping[str, np.ndarray]]], *,
                    steps: int, shards: int, attention_groups: int = 1,
+                   max_budgets: int = MAX_BUDGETS,
                    attention_weight: float) -> tuple[TokenBudget, ...]:
-  """The budgets per unit (ascending stream sizes T, at most `MAX_BUDGETS`,
+  """The budgets per unit (ascending stream sizes T, at most `max_budgets`,
   each with its attention groups, at most `attention_groups` of them
   non-empty, holding every smaller budget's rows; 1: every row attended at
   full length) that encode `batches` of
@@ -316,7 +318,7 @@ def choose_budgets(batches: Iterable[list[Mapping[str, np.ndarray]]], *,
   sizes = np.unique(np.minimum(-(-needs // MULTIPLE) * MULTIPLE, capacity))
   sizes = sizes[evenly_spaced(CANDIDATE_SIZES, len(sizes))]
   chosen, limit = (), 0.95 * padded * len(needs)
-  for count in range(1, min(MAX_BUDGETS, len(sizes)) + 1):
+  for count in range(1, min(max_budgets, len(sizes)) + 1):
     cost, budgets = min((layout(np.asarray(c)) for c in
                          itertools.combinations(sizes, count)),
                         key=lambda option: option[0])
