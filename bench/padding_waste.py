@@ -78,6 +78,7 @@ def unpadded_padding(inputs, build, num_batches: int, config, bert) -> dict:
       examples.batches(token_budget.sample_batches(len(inputs.schedule)),
                        config.train.batch_size), steps=steps, shards=1,
       attention_groups=config.train.get("attention_groups", 1),
+      max_budgets=config.train.get("max_budgets", token_budget.MAX_BUDGETS),
       attention_weight=token_budget.attention_weight_of(bert))
   # FLOPs in tokens of the dense layers: attention's per row, × length².
   dense, attention = 1, token_budget.attention_weight_of(bert)

@@ -71,6 +71,7 @@ def main(argv=None) -> int:
                      t.batch_size),
       steps=steps, shards=shards,
       attention_groups=t.get("attention_groups", 1),
+      max_budgets=t.get("max_budgets", token_budget.MAX_BUDGETS),
       attention_weight=token_budget.attention_weight_of(ranker.encoder))
   tokens = [b.tokens for b in budgets]
   if not budgets:

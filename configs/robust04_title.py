@@ -70,7 +70,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       log_every=50, eval_every=250, patience=3, checkpoint_every=250,
       # Unpadded rows, attention in length groups: see configs/squad_longdoc.py.
       max_to_keep=1, unpadded=True,
-      attention_groups=3))
+      attention_groups=3, max_budgets=3))
   config.regimes = ("firstp", "maxp", "best")
   config.best = ml_collections.ConfigDict(dict(
       theta0="joint",  # or "pretrained" (a bi-encoder): see checks.THETA0

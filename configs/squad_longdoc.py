@@ -113,7 +113,9 @@ def _full() -> ml_collections.ConfigDict:
       # attention per layer to compile): 7.9-9.3% of the training FLOPs
       # padding on the first 400 batches, 10.5-11.9% with 3 groups
       # (bench/padding_waste.py; docs/measurements.md). The CPU variants use 3.
-      unpadded=True, attention_groups=8))
+      # Up to 3 stream sizes per stage, each one more compile of the step
+      # (best_jax/train/token_budget.py).
+      unpadded=True, attention_groups=8, max_budgets=3))
   config.regimes = ("firstp", "maxp", "maxp_all", "goldp", "best")
   config.best = ml_collections.ConfigDict(dict(
       theta0="joint",  # or "pretrained" (a bi-encoder): see checks.THETA0

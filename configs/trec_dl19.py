@@ -68,7 +68,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       eval_every=2000, patience=3, checkpoint_every=2000, max_to_keep=1,
       # Unpadded rows, attention in length groups: see configs/squad_longdoc.py.
       unpadded=True,
-      attention_groups=3))
+      attention_groups=3, max_budgets=3))
   config.regimes = ("firstp", "maxp", "best")
   config.best = ml_collections.ConfigDict(dict(
       theta0="joint",  # or "pretrained" (a bi-encoder): see checks.THETA0
