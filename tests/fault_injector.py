@@ -5,6 +5,7 @@
 SIGNAL is `sigkill` or `sigterm`; POINT is where the signal arrives:
 
   joint    inside BeST's joint iteration-1 training, at its third step
+           (the one from step 2, also in a rerun that resumed at step 2)
   select   during the selection with BeST-1 (at its second scoring chunk)
   test     during the test scoring of the first model (second chunk)
   between  between stages, right after the FirstP stage was saved
@@ -36,14 +37,12 @@ def _patch_joint(sig: str) -> None:
 
   def patched(*args, **kwargs):
     step = build(*args, **kwargs)
-    calls = [0]
 
-    def counted(states, batch, *tokens):
-      calls[0] += 1
-      if calls[0] == 3:
+    def at_third_step(states, batch, *tokens):
+      if int(states[0].step) == 2:  # updates applied before this one
         _send(sig)
       return step(states, batch, *tokens)
-    return counted
+    return at_third_step
   best_lib.build_joint_step = patched
 
 
