@@ -20,7 +20,7 @@ reports the fraction of the encoder's row tokens that are padding:
   content and query lengths), and, for the cross-encoder, the unpadded
   stream with `train.unpadded`'s budgets (the joint step: θ⁽⁰⁾'s rows;
   θ⁽¹⁾'s selected rows, one in `k_train`, stay padded)
-  (`train.token_budget.choose_budgets` on `SAMPLE_BATCHES` (128) batches
+  (`experiment.plans.choose_budgets`: `SAMPLE_BATCHES` (128) batches
   spread over the schedule, as `best_jax train` chooses them; a batch that
   fits none counts padded; on a schedule of at most 128 batches, such as
   `:cpu`'s 100, the sample is every batch measured).
@@ -69,17 +69,13 @@ def unpadded_padding(inputs, build, num_batches: int, config, bert) -> dict:
   micro-batch), with the budgets `best_jax train` chooses: the stream's
   tokens, and attention on the budget's length groups of rows (a batch
   that fits no budget: every row padded)."""
+  from best_jax.experiment import plans
   from best_jax.experiment.examples import GroupExamples
   from best_jax.models.unpadding import group_lengths
   from best_jax.train import token_budget
   examples = GroupExamples(inputs.schedule, build)
   steps = config.train.get("accumulation_steps", 1)
-  budgets = token_budget.choose_budgets(
-      examples.batches(token_budget.sample_batches(len(inputs.schedule)),
-                       config.train.batch_size), steps=steps, shards=1,
-      attention_groups=config.train.get("attention_groups", 1),
-      max_budgets=config.train.get("max_budgets", token_budget.MAX_BUDGETS),
-      attention_weight=token_budget.attention_weight_of(bert))
+  budgets = plans.choose_budgets(config, examples, shards=1, encoder=bert)
   # FLOPs in tokens of the dense layers: attention's per row, × length².
   dense, attention = 1, token_budget.attention_weight_of(bert)
   real = spent = useful = flops = fits = 0

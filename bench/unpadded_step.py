@@ -6,7 +6,7 @@
 Builds the experiment's inputs and ranker as `best_jax train` does, the
 first `--steps` FirstP batches of the schedule (`experiment.examples`), and
 the budgets `best_jax train` chooses with `train.unpadded`
-(`train.token_budget.choose_budgets` on `SAMPLE_BATCHES` (128) batches
+(`experiment.plans.choose_budgets`: `SAMPLE_BATCHES` (128) batches
 spread over the schedule, `token_budget.sample_batches`; with
 `train.accumulation_steps` above 1 each batch's micro-batches balanced as
 the pipeline balances them). Then times the
@@ -50,7 +50,7 @@ def main(argv=None) -> int:
   import machine
   from best_jax.data.files import atomic_write
   from best_jax.data.pipeline import Feature, pack
-  from best_jax.experiment import checks, examples
+  from best_jax.experiment import checks, examples, plans
   from best_jax.experiment.inputs import build_inputs
   from best_jax.experiment.models import build_ranker
   from best_jax.experiment.workdir import Workdir
@@ -66,13 +66,8 @@ def main(argv=None) -> int:
   source = examples.GroupExamples(inputs.schedule, build)
   steps = t.get("accumulation_steps", 1)
   shards = token_budget.data_shards(trainer.batch_sharding)
-  budgets = token_budget.choose_budgets(
-      source.batches(token_budget.sample_batches(len(inputs.schedule)),
-                     t.batch_size),
-      steps=steps, shards=shards,
-      attention_groups=t.get("attention_groups", 1),
-      max_budgets=t.get("max_budgets", token_budget.MAX_BUDGETS),
-      attention_weight=token_budget.attention_weight_of(ranker.encoder))
+  budgets = plans.choose_budgets(config, source, shards=shards,
+                                 encoder=ranker.encoder)
   tokens = [b.tokens for b in budgets]
   if not budgets:
     print("the budget rule leaves these rows padded: nothing to compare")

@@ -27,6 +27,8 @@ from best_jax.experiment.models import Ranker
 from best_jax.experiment.qds import QdsRows
 from best_jax.experiment.regimes import pairs as schedule_pairs
 from best_jax.experiment.stages import Plan
+from best_jax.models.bert_config import BertConfig
+from best_jax.models.unpadding import TokenBudget
 from best_jax.train import best as best_lib
 from best_jax.train import token_budget
 from best_jax.train.loop import Evaluate
@@ -59,22 +61,34 @@ def segment_plan(name: str, regime: str, config: ml_collections.ConfigDict,
       budgets=_unpadded_budgets(config, ranker, examples))
 
 
-def _unpadded_budgets(config: ml_collections.ConfigDict, ranker: Ranker,
-                      examples: GroupExamples):
-  """With `train.unpadded` and cross-encoder rows: chooses the budgets from
-  batches spread over the schedule (`train.token_budget`)."""
-  if not checks.encodes_unpadded(config):
-    return None
+def choose_budgets(config: ml_collections.ConfigDict, examples: GroupExamples,
+                   *, shards: int, encoder: BertConfig
+                   ) -> tuple[TokenBudget, ...]:
+  """The budgets `best_jax train` compiles for a stage of `examples` on
+  `shards` data shards: `token_budget.choose_budgets` on batches spread over
+  the schedule, with `config.train`'s micro-batches, attention groups and
+  number of sizes (the benches call it too)."""
   t = config.train
   num_batches = -(-len(examples) // t.batch_size)
-  return lambda: token_budget.choose_budgets(
+  return token_budget.choose_budgets(
       examples.batches(token_budget.sample_batches(num_batches),
                        t.batch_size),
-      steps=t.get("accumulation_steps", 1),
-      shards=token_budget.data_shards(ranker.trainer.batch_sharding),
+      steps=t.get("accumulation_steps", 1), shards=shards,
       attention_groups=t.get("attention_groups", 1),
       max_budgets=t.get("max_budgets", token_budget.MAX_BUDGETS),
-      attention_weight=token_budget.attention_weight_of(ranker.encoder))
+      attention_weight=token_budget.attention_weight_of(encoder))
+
+
+def _unpadded_budgets(config: ml_collections.ConfigDict, ranker: Ranker,
+                      examples: GroupExamples):
+  """With `train.unpadded` and cross-encoder rows: the stage's budgets,
+  chosen when it starts (`choose_budgets`)."""
+  if not checks.encodes_unpadded(config):
+    return None
+  return lambda: choose_budgets(
+      config, examples,
+      shards=token_budget.data_shards(ranker.trainer.batch_sharding),
+      encoder=ranker.encoder)
 
 
 def joint_plan(config: ml_collections.ConfigDict, inputs: Inputs,

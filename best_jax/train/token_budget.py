@@ -15,13 +15,12 @@ schedule (`sample_batches`), up to `train.max_budgets` (default
 attention takes at each of `ATTENTION_GROUPS` lengths (the most its
 batches' units had above each length plus `ROW_SLACK`, and at least a
 smaller size's, in at most `train.attention_groups` non-empty groups, the
-cheapest for those rows):
-the sizes that encode the sample in the fewest FLOPs (the dense layers'
-per token, attention's per row and squared length: `attention_weight`),
-a batch that fits none counted padded. Batches with more tokens tend to
-have longer rows, so each size gets its own groups (squad_longdoc's
-512-token rows: 0.6–1.6 points less padding than one set of groups for
-all). More sizes are kept only when they save
+cheapest for those rows): the sizes that encode the sample in the fewest
+FLOPs (the dense layers' per token, attention's per row and squared
+length: `attention_weight`), a batch that fits none counted padded.
+Batches with more tokens tend to have longer rows, so each size gets its
+own groups (squad_longdoc's 512-token rows: 0.6–1.6 points less padding
+than one set of groups for all). More sizes are kept only when they save
 `MIN_SAVING`, and the budgets only when they save 5% of the padded rows'
 FLOPs, since each size is one more compiled step. The choice is the same
 on every process because every process can build every example.
