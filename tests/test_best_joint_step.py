@@ -1,8 +1,6 @@
 """BeST's joint iteration-1 step on 8 fake devices: both parameter sets move,
 selection never picks padding, and an all-padded document is harmless."""
 
-import types
-
 import jax
 import numpy as np
 import pytest
@@ -12,6 +10,7 @@ from best_jax.models import BertConfig, CrossEncoderRanker
 from best_jax.models.bi_encoder import BiEncoderRanker
 from best_jax.models.unpadding import TokenBudget
 from best_jax.experiment import checks
+from best_jax.experiment import models
 from best_jax.experiment import plans
 from best_jax.train import best as best_lib
 from best_jax.train import losses as losses_lib
@@ -158,25 +157,34 @@ def test_joint_step_accumulates_micro_batches_like_one_batch(monkeypatch):
 
 
 def test_the_joint_plan_passes_the_configured_accumulation(monkeypatch):
-  """`train.accumulation_steps` reaches the joint step from the config."""
+  """`train.accumulation_steps` reaches the joint step from the config, and
+  a ranker builds each setting's step once."""
   config = load_config("configs/tiny_cpu.py")
   config.train.accumulation_steps = 4
 
   class Built(Exception):
     pass
 
+  built = []
+
   def spy(trainer, loss, pairing, select_with_dropout, accumulation_steps,
           in_batch_negatives):
     del trainer, loss, pairing, select_with_dropout
-    raise Built(accumulation_steps, in_batch_negatives)
+    built.append((accumulation_steps, in_batch_negatives))
+    raise Built
 
   monkeypatch.setattr(best_lib, "build_joint_step", spy)
+  ranker = models.Ranker(trainer=None, pretrained=None, encoder=None,
+                         scorer=None)
   for in_batch in (False, True):
     config.train.in_batch_negatives = in_batch
-    with pytest.raises(Built) as built:
-      plans.joint_plan(config, None, types.SimpleNamespace(trainer=None),
-                       None)
-    assert built.value.args == (4, in_batch)
+    with pytest.raises(Built):
+      plans.joint_plan(config, None, ranker, None)
+    assert built[-1] == (4, in_batch)
+  monkeypatch.setattr(best_lib, "build_joint_step",
+                      lambda *args: built.append(args[4:]) or object())
+  steps = [ranker.joint_step(config) for _ in range(2)]
+  assert steps[0] is steps[1] and built[2:] == [(4, True)]
 
 
 def test_the_joint_step_honours_in_batch_negatives():

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -29,6 +30,7 @@ from best_jax.segments.config import SegmenterConfig
 from best_jax.select.embedding import EmbeddingScorer, build_embed_into
 from best_jax.select.selection import (SegmentScorer, build_score_into,
                                        segment_buckets)
+from best_jax.train import best as best_lib
 from best_jax.train.state import TrainState, split_params
 from best_jax.train.trainer import Trainer, build_trainer
 
@@ -48,11 +50,27 @@ class Ranker:
   train_scorer: SegmentScorer | EmbeddingScorer | None = None
   # A scorer of the same family over other segments (Birch's sentences).
   scorer_for: Callable[[SegmentCache], Any] | None = None
+  # BeST's joint steps of `trainer` by their settings (`joint_step`),
+  # shared with every Ranker of the same trainer (`_device_steps`).
+  joint_steps: dict[tuple, Callable] = dataclasses.field(
+      default_factory=dict, repr=False)
 
   def fresh_state(self, seed: int) -> TrainState:
     """A TrainState starting from the pretrained weights (BeST restarts
     every iteration from them, never from θ⁽ⁿ⁾)."""
     return self.trainer.init_from_params(self.pretrained, seed)
+
+  def joint_step(self, config: ml_collections.ConfigDict) -> Callable:
+    """BeST iteration 1's jitted step (`best.build_joint_step`), built once
+    per trainer and settings."""
+    t = config.train
+    settings = (t.loss, config.best.pairing, config.best.select_with_dropout,
+                t.get("accumulation_steps", 1),
+                t.get("in_batch_negatives", False))
+    if settings not in self.joint_steps:
+      self.joint_steps[settings] = best_lib.build_joint_step(self.trainer,
+                                                             *settings)
+    return self.joint_steps[settings]
 
 
 def trainer_config(config: ml_collections.ConfigDict, **optimizer
@@ -109,15 +127,16 @@ def build_ranker(config: ml_collections.ConfigDict, inputs: Inputs,
     rows = CrossRows
   buckets = segment_buckets(SegmenterConfig(**config.segments.to_dict()),
                             config.ranker.kind)
-  trainer = build_trainer(make, trainer_config(config), mesh=mesh)
+  key = (config.ranker.kind, repr(model_config),
+         repr(getattr(model, "similarity", None)),
+         repr(getattr(model, "scale", None)), mesh)
+  trainer, buffer_step, joint_steps = _device_steps(config, key, make, mesh)
   per_call = rows_per_call(config.eval.rows_per_call, trainer)
   # The scorers share one device step, so each shape compiles once.
   if config.ranker.kind == "bi":
-    make_scorer = functools.partial(EmbeddingScorer,
-                                    embed_into=build_embed_into(trainer))
+    make_scorer = functools.partial(EmbeddingScorer, embed_into=buffer_step)
   else:
-    make_scorer = functools.partial(SegmentScorer,
-                                    score_into=build_score_into(trainer))
+    make_scorer = functools.partial(SegmentScorer, score_into=buffer_step)
 
   def scorer(segments, **cache):
     return make_scorer(trainer, rows(segments, inputs.queries,
@@ -132,4 +151,29 @@ def build_ranker(config: ml_collections.ConfigDict, inputs: Inputs,
                 encoder=model_config,
                 scorer=scorer(inputs.eval_segments, **cache),
                 train_scorer=scorer(inputs.train_segments),
-                scorer_for=scorer)
+                scorer_for=scorer, joint_steps=joint_steps)
+
+
+# Trainers with their scoring and BeST steps, kept for the life of the
+# process by model and training settings: the folds of a cross-validation
+# (and experiments run one after another in one process, as the tests run
+# them) trace and compile each step once, not once per experiment.
+_DEVICE_STEPS: dict[tuple, tuple[Trainer, Any, dict]] = {}
+
+
+def _device_steps(config: ml_collections.ConfigDict, model_key: tuple,
+                  make: Callable[[nnx.Rngs], nnx.Module],
+                  mesh: jax.sharding.Mesh) -> tuple[Trainer, Any, dict]:
+  """The kept (trainer, scoring step, joint steps) of `model_key` (the
+  model `make` builds, and the mesh) and every setting `build_trainer`
+  reads, or new ones."""
+  settings = trainer_config(config)
+  key = model_key + (json.dumps(
+      [settings.optimizer.to_dict(), settings.train.to_dict(),
+       settings.logical_axis_rules], sort_keys=True, default=repr),)
+  if key not in _DEVICE_STEPS:
+    trainer = build_trainer(make, settings, mesh=mesh)
+    build = (build_embed_into if config.ranker.kind == "bi"
+             else build_score_into)
+    _DEVICE_STEPS[key] = (trainer, build(trainer), {})
+  return _DEVICE_STEPS[key]

@@ -29,7 +29,6 @@ from best_jax.experiment.regimes import pairs as schedule_pairs
 from best_jax.experiment.stages import Plan
 from best_jax.models.bert_config import BertConfig
 from best_jax.models.unpadding import TokenBudget
-from best_jax.train import best as best_lib
 from best_jax.train import token_budget
 from best_jax.train.loop import Evaluate
 
@@ -96,10 +95,7 @@ def joint_plan(config: ml_collections.ConfigDict, inputs: Inputs,
   """BeST iteration 1 (`best1`): θ⁽¹⁾ is evaluated and selected; θ⁽⁰⁾'s
   final parameters are kept as `theta0`."""
   t = config.train
-  step = best_lib.build_joint_step(
-      ranker.trainer, t.loss, config.best.pairing,
-      config.best.select_with_dropout, t.get("accumulation_steps", 1),
-      t.get("in_batch_negatives", False))
+  step = ranker.joint_step(config)
   build = AllSegmentExamples(inputs, family=config.ranker.kind)
   seed = stage_seed(config, "best1")
   examples = GroupExamples(inputs.schedule, build)
