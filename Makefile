@@ -18,13 +18,14 @@ $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 
 install: $(STAMP)
 
-# Two workers, whole files each.
+# Two workers, whole files each, the longest first (tests/conftest.py).
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder
 
 # Without the tests marked slow (more than ~30 s each on a 2-core CPU).
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile -m "not slow"
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder \
+	  -m "not slow"
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -1,5 +1,6 @@
 """Test set-up: 8 fake CPU devices, shared data location, and data fixtures."""
 
+import collections
 import os
 import shutil
 import tempfile
@@ -40,10 +41,14 @@ jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
 # runs built alike. Set before any backend starts; xdist workers and the
 # `best_jax` subprocesses inherit them. A flag the user already set keeps its
 # value.
+# LLVM's expensive passes are skipped too: the tiny experiment
+# (tests/fakes.py), cold cache, spent 26-29 s compiling with them and 20-23 s
+# without (4 runs, jax 0.10.2), and wrote byte-identical run files.
 # XLA rejects unknown flags and aborts the process: the emitter switch is
 # gone from the XLA of jax 0.11 (where the accelerator check's parity tests
 # may run, bench/accelerator.sh), so it is set only before that.
-_TEST_XLA_FLAGS = ["--xla_backend_optimization_level=0"]
+_TEST_XLA_FLAGS = ["--xla_backend_optimization_level=0",
+                   "--xla_llvm_disable_expensive_passes=true"]
 if jax.__version_info__ < (0, 11):
   _TEST_XLA_FLAGS.append("--xla_cpu_use_fusion_emitters=false")
 _flags = os.environ.get("XLA_FLAGS", "").split()
@@ -52,6 +57,26 @@ os.environ["XLA_FLAGS"] = " ".join(
     _flags + [f for f in _TEST_XLA_FLAGS if f.split("=")[0] not in _named])
 
 import pytest  # noqa: E402
+
+
+# `make test` runs pytest-xdist with `--dist loadfile --no-loadscope-reorder`:
+# whole files, handed out in collection order. These files take longest
+# (`--durations`, 2-core VM, 2026-12-08: 70-215 s each) and go first, so none
+# runs alone at the end, as the one-test files did when xdist ordered files
+# by their number of tests; test_multiprocess.py also starts the shared
+# `tiny_experiment` before test_faults.py waits for it. The rest follow,
+# most tests first. An outdated list only costs time.
+LONGEST_FILES = ("test_multiprocess.py", "test_families.py",
+                 "test_train_command.py", "test_best_cross_validation.py",
+                 "test_faults.py", "test_modernbert.py",
+                 "test_multidevice.py", "test_best_joint_step.py")
+
+
+def pytest_collection_modifyitems(items):
+  rank = {name: i for i, name in enumerate(LONGEST_FILES)}
+  tests_in = collections.Counter(item.path.name for item in items)
+  items.sort(key=lambda item: (rank.get(item.path.name, len(rank)),
+                               -tests_in[item.path.name], item.path.name))
 
 
 def pytest_sessionfinish(session):  # pylint: disable=unused-argument
