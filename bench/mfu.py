@@ -131,10 +131,8 @@ def main(argv=None) -> int:
   batch = trainer.put(host_batch)
   tokens = args.batch * args.group * (segments or 1) * args.length
   if joint:
-    step = best_lib.build_joint_step(
-        trainer, config.train.loss, config.best.pairing,
-        config.best.select_with_dropout,
-        config.train.get("accumulation_steps", 1))
+    step = best_lib.build_joint_step(trainer,
+                                     **best_lib.joint_settings(config))
     abstract = (trainer.abstract_state, trainer.abstract_state)
   else:
     step, abstract = trainer.train_step, trainer.abstract_state

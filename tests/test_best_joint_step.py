@@ -167,10 +167,10 @@ def test_the_joint_plan_passes_the_configured_accumulation(monkeypatch):
 
   built = []
 
-  def spy(trainer, loss, pairing, select_with_dropout, accumulation_steps,
-          in_batch_negatives):
-    del trainer, loss, pairing, select_with_dropout
-    built.append((accumulation_steps, in_batch_negatives))
+  def spy(trainer, **settings):
+    del trainer
+    built.append((settings["accumulation_steps"],
+                  settings["in_batch_negatives"]))
     raise Built
 
   monkeypatch.setattr(best_lib, "build_joint_step", spy)
@@ -182,9 +182,12 @@ def test_the_joint_plan_passes_the_configured_accumulation(monkeypatch):
       plans.joint_plan(config, None, ranker, None)
     assert built[-1] == (4, in_batch)
   monkeypatch.setattr(best_lib, "build_joint_step",
-                      lambda *args: built.append(args[4:]) or object())
+                      lambda trainer, **settings: built.append(
+                          settings["accumulation_steps"]) or object())
   steps = [ranker.joint_step(config) for _ in range(2)]
-  assert steps[0] is steps[1] and built[2:] == [(4, True)]
+  config.best.pairing = "random"
+  steps.append(ranker.joint_step(config))
+  assert steps[0] is steps[1] is not steps[2] and built[2:] == [4, 4]
 
 
 def test_the_joint_step_honours_in_batch_negatives():

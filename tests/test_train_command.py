@@ -179,9 +179,12 @@ def test_train_end_to_end_resume_and_pretrained_restarts(tmp_path,
     starts[name] = jax.device_get(loop.model_params(state))
     return fit(name, state, *args, **kwargs)
 
+  rankers = []
+
   def spy_ranker(*args, **kwargs):
     ranker = build(*args, **kwargs)
     pretrained["params"] = jax.device_get(ranker.pretrained)
+    rankers.append(ranker)
     return ranker
 
   monkeypatch.setattr(loop, "fit", spy_fit)
@@ -256,6 +259,32 @@ def test_train_end_to_end_resume_and_pretrained_restarts(tmp_path,
                    r"; segments.k_train=\d+ would let BeST-1 see them all",
                    log)
   assert _runs(workdir) == first
+  # The rerun in this process used the first run's jitted steps
+  # (`models._device_steps`).
+  assert rankers[1].trainer is rankers[0].trainer
+  assert rankers[1].joint_steps is rankers[0].joint_steps
+
+
+def test_device_steps_are_shared_only_between_equal_settings():
+  """`models._device_steps` keeps one trainer per model and setting that
+  `build_trainer` reads: equal settings share it, a changed one builds
+  another."""
+  device_steps = models_lib._device_steps  # pylint: disable=protected-access
+
+  def steps(*overrides):
+    config = load_config("configs/tiny_cpu.py",
+                         [f"config.{o}" for o in overrides])
+    model = models_lib._model(config)  # pylint: disable=protected-access
+    mesh = checks.check_config(config)
+    return device_steps(config, model, mesh)
+
+  first = steps()
+  assert steps() is first
+  for change in ("optimizer.learning_rate=0.5", "train.num_steps=7",
+                 "train.loss=softmax_cross_entropy",
+                 "ranker.kind=bi",
+                 "ranker.overrides.hidden_dropout=0.2"):
+    assert steps(change)[0] is not first[0], change
 
 
 def test_bad_input_stops_before_anything_is_written(tmp_path, capsys):

@@ -224,10 +224,8 @@ def _steps(config: ml_collections.ConfigDict, trainer: Trainer, *,
   out = with_unpadded(f"{prefix}train_step", trainer.train_step,
                       trainer.abstract_state, features(None))
   if joint:
-    step = best_lib.build_joint_step(
-        trainer, t.loss, config.best.pairing,
-        config.best.select_with_dropout, t.get("accumulation_steps", 1),
-        t.get("in_batch_negatives", False))
+    step = best_lib.build_joint_step(trainer,
+                                     **best_lib.joint_settings(config))
     out += with_unpadded("joint_step", step, (trainer.abstract_state,
                                               trainer.abstract_state),
                          features(config.segments.k_train))

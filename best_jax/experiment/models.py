@@ -63,14 +63,12 @@ class Ranker:
   def joint_step(self, config: ml_collections.ConfigDict) -> Callable:
     """BeST iteration 1's jitted step (`best.build_joint_step`), built once
     per trainer and settings."""
-    t = config.train
-    settings = (t.loss, config.best.pairing, config.best.select_with_dropout,
-                t.get("accumulation_steps", 1),
-                t.get("in_batch_negatives", False))
-    if settings not in self.joint_steps:
-      self.joint_steps[settings] = best_lib.build_joint_step(self.trainer,
-                                                             *settings)
-    return self.joint_steps[settings]
+    settings = best_lib.joint_settings(config)
+    key = tuple(sorted(settings.items()))
+    if key not in self.joint_steps:
+      self.joint_steps[key] = best_lib.build_joint_step(self.trainer,
+                                                        **settings)
+    return self.joint_steps[key]
 
 
 def trainer_config(config: ml_collections.ConfigDict, **optimizer
@@ -115,22 +113,11 @@ def build_ranker(config: ml_collections.ConfigDict, inputs: Inputs,
                  mesh: jax.sharding.Mesh) -> Ranker:
   """The ranker of `config.ranker.kind` with its trainer and scorers."""
   model = _model(config)
-  model_config = model.config
   _, params = split_params(model)
-  if config.ranker.kind == "bi":
-    similarity, scale = model.similarity, model.scale
-    make = lambda rngs: BiEncoderRanker(model_config, similarity=similarity,
-                                        scale=scale, rngs=rngs)
-    rows = BiRows
-  else:
-    make = lambda rngs: CrossEncoderRanker(model_config, rngs=rngs)
-    rows = CrossRows
+  rows = BiRows if config.ranker.kind == "bi" else CrossRows
   buckets = segment_buckets(SegmenterConfig(**config.segments.to_dict()),
                             config.ranker.kind)
-  key = (config.ranker.kind, repr(model_config),
-         repr(getattr(model, "similarity", None)),
-         repr(getattr(model, "scale", None)), mesh)
-  trainer, buffer_step, joint_steps = _device_steps(config, key, make, mesh)
+  trainer, buffer_step, joint_steps = _device_steps(config, model, mesh)
   per_call = rows_per_call(config.eval.rows_per_call, trainer)
   # The scorers share one device step, so each shape compiles once.
   if config.ranker.kind == "bi":
@@ -148,7 +135,7 @@ def build_ranker(config: ml_collections.ConfigDict, inputs: Inputs,
   if config.ranker.kind == "bi":
     cache = dict(cache_rows=EVAL_CACHE_ROWS)
   return Ranker(trainer=trainer, pretrained=trainer.put_params(params),
-                encoder=model_config,
+                encoder=model.config,
                 scorer=scorer(inputs.eval_segments, **cache),
                 train_scorer=scorer(inputs.train_segments),
                 scorer_for=scorer, joint_steps=joint_steps)
@@ -161,16 +148,24 @@ def build_ranker(config: ml_collections.ConfigDict, inputs: Inputs,
 _DEVICE_STEPS: dict[tuple, tuple[Trainer, Any, dict]] = {}
 
 
-def _device_steps(config: ml_collections.ConfigDict, model_key: tuple,
-                  make: Callable[[nnx.Rngs], nnx.Module],
+def _device_steps(config: ml_collections.ConfigDict, model: nnx.Module,
                   mesh: jax.sharding.Mesh) -> tuple[Trainer, Any, dict]:
-  """The kept (trainer, scoring step, joint steps) of `model_key` (the
-  model `make` builds, and the mesh) and every setting `build_trainer`
-  reads, or new ones."""
+  """The kept (trainer, scoring step, joint steps) for models like `model`
+  (its kind, config, similarity and scale: what the trainer builds them
+  from) on `mesh` with every setting `build_trainer` reads, or new ones."""
   settings = trainer_config(config)
-  key = model_key + (json.dumps(
-      [settings.optimizer.to_dict(), settings.train.to_dict(),
-       settings.logical_axis_rules], sort_keys=True, default=repr),)
+  model_config = model.config
+  if config.ranker.kind == "bi":
+    similarity, scale = model.similarity, model.scale
+    make = lambda rngs: BiEncoderRanker(model_config, similarity=similarity,
+                                        scale=scale, rngs=rngs)
+  else:
+    similarity = scale = None
+    make = lambda rngs: CrossEncoderRanker(model_config, rngs=rngs)
+  key = (config.ranker.kind, repr(model_config), repr(similarity),
+         repr(scale), mesh, json.dumps(
+             [settings.optimizer.to_dict(), settings.train.to_dict(),
+              settings.logical_axis_rules], sort_keys=True, default=repr))
   if key not in _DEVICE_STEPS:
     trainer = build_trainer(make, settings, mesh=mesh)
     build = (build_embed_into if config.ranker.kind == "bi"

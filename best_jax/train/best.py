@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -154,6 +155,15 @@ def joint_train_step(states: tuple[TrainState, TrainState],
              "grad_norm0": norm0, "grad_norm1": norm1,
              "learning_rate": learning_rate, "selected": selected}
   return (state0, state1), metrics
+
+
+def joint_settings(config) -> dict[str, Any]:
+  """`build_joint_step`'s settings in an experiment's config."""
+  t = config.train
+  return dict(loss_name=t.loss, pairing=config.best.pairing,
+              select_with_dropout=config.best.select_with_dropout,
+              accumulation_steps=t.get("accumulation_steps", 1),
+              in_batch_negatives=t.get("in_batch_negatives", False))
 
 
 def build_joint_step(trainer, loss_name: str, pairing: str = "same",
