@@ -61,7 +61,7 @@ import pytest  # noqa: E402
 
 # `make test` runs pytest-xdist with `--dist loadfile --no-loadscope-reorder`:
 # whole files, handed out in collection order. These files take longest
-# (`--durations`, 2-core VM, 2026-12-08: 70-215 s each) and go first, so none
+# (`--durations`, 2-core VM, 2026-12-08: 41-215 s each) and go first, so none
 # runs alone at the end, as the one-test files did when xdist ordered files
 # by their number of tests; test_multiprocess.py also starts the shared
 # `tiny_experiment` before test_faults.py waits for it. The rest follow,
