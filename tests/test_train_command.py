@@ -18,9 +18,7 @@ from best_jax import cli
 from best_jax.config import load_config
 from best_jax.data import trec
 from best_jax.errors import InputError
-from best_jax.evaluate import evidence
 from best_jax.experiment import checks
-from best_jax.experiment import examples as examples_lib
 from best_jax.experiment import inputs as inputs_lib
 from best_jax.experiment import evaluation
 from best_jax.experiment import models as models_lib
